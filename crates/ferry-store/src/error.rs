@@ -1,0 +1,104 @@
+//! Errors keyed by what the caller can do about them.
+
+use std::fmt;
+
+/// A store operation's failure, classified so that the engine knows whether to retry.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object, bucket or container does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The destination already exists and the operation refuses to replace it.
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// Credentials were refused or lack permission.
+    #[error("access denied: {0}")]
+    Denied(String),
+    /// The request was malformed or the input invalid; retrying will not help.
+    #[error("{0}")]
+    Invalid(String),
+    /// Data did not match its checksum.
+    #[error("checksum mismatch: {0}")]
+    Checksum(String),
+    /// A network fault, timeout, throttling or server error: worth retrying.
+    #[error("{0}")]
+    Transient(String),
+    /// Anything else, not worth retrying.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl Error {
+    /// True when the same request may succeed if tried again.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Transient(_) | Error::Checksum(_))
+    }
+
+    pub(crate) fn io(context: impl fmt::Display, e: std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        let msg = format!("{context}: {e}");
+        match e.kind() {
+            K::NotFound => Error::NotFound(msg),
+            K::PermissionDenied => Error::Denied(msg),
+            K::AlreadyExists => Error::AlreadyExists(msg),
+            K::Interrupted | K::TimedOut | K::WouldBlock => Error::Transient(msg),
+            _ => Error::Permanent(msg),
+        }
+    }
+}
+
+impl From<object_store::Error> for Error {
+    fn from(e: object_store::Error) -> Self {
+        use object_store::Error as E;
+        match &e {
+            E::NotFound { path, .. } => Error::NotFound(path.clone()),
+            E::AlreadyExists { path, .. } => Error::AlreadyExists(path.clone()),
+            E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
+                Error::Denied(one_line(&e))
+            }
+            E::InvalidPath { .. } | E::NotSupported { .. } | E::NotImplemented { .. } => {
+                Error::Invalid(one_line(&e))
+            }
+            E::Precondition { .. } | E::NotModified { .. } => Error::Permanent(one_line(&e)),
+            _ => classify_generic(one_line(&e)),
+        }
+    }
+}
+
+/// object_store reports HTTP failures as `Generic` with the status in the text; map the
+/// statuses a caller can act on.
+fn classify_generic(msg: String) -> Error {
+    let has = |s: &str| msg.contains(s);
+    if has("NoSuchBucket") || has("ContainerNotFound") || has("404 Not Found") {
+        Error::NotFound(msg)
+    } else if has("403 Forbidden")
+        || has("401 Unauthorized")
+        || has("InvalidAccessKeyId")
+        || has("SignatureDoesNotMatch")
+        || has("AuthenticationFailed")
+    {
+        Error::Denied(msg)
+    } else if has("400 Bad Request") && !has("RequestTimeout") {
+        Error::Permanent(msg)
+    } else {
+        Error::Transient(msg)
+    }
+}
+
+/// Flatten an error chain into one line for the CLI.
+pub(crate) fn one_line(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let t = inner.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = inner.source();
+    }
+    s.replace('\n', " ")
+}
+
+/// Result of a store operation.
+pub type Result<T> = std::result::Result<T, Error>;

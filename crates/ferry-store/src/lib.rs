@@ -1,0 +1,103 @@
+//! One small async trait over the object stores ferry writes to.
+//!
+//! The trait exposes block (multipart) sessions instead of hiding them, so that the transfer
+//! engine above, not the backend, decides how many blocks are in flight, retries a failed block
+//! alone and checks each block. Backends: [`local::LocalStore`] (a directory, with fsync and
+//! atomic rename) and [`cloud::CloudStore`] (S3 and Azure Blob through `object_store`).
+#![warn(missing_docs)]
+
+pub mod cloud;
+mod error;
+pub mod local;
+mod location;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use error::{Error, Result};
+pub use location::{Location, Scheme};
+
+/// User metadata stored with an object (keys without any backend prefix).
+pub type Meta = BTreeMap<String, String>;
+
+/// Metadata key under which ferry records the block plan an object was written with.
+pub const META_BLOCKS: &str = "ferry-blocks";
+/// Metadata key under which ferry records the object's block digest where the store keeps none.
+pub const META_DIGEST: &str = "ferry-md5";
+
+/// What the store says about one object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Key relative to the store's root.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// The store's entity tag, quotes removed, if it has one.
+    pub etag: Option<String>,
+    /// User metadata (filled by [`Store::head`], empty in listings).
+    pub meta: Meta,
+}
+
+/// Hard limits of a store that shape how an object is cut into blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Smallest block allowed, except the last one.
+    pub min_block: u64,
+    /// Largest block allowed.
+    pub max_block: u64,
+    /// Most blocks one object may have.
+    pub max_blocks: u64,
+}
+
+/// An open block session: blocks are written, then completed into one object or aborted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    /// Destination key.
+    pub key: String,
+    /// Backend-specific session id (multipart upload id, temp file path).
+    pub id: String,
+}
+
+/// Receipt for one stored block, handed back at completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockId(pub String);
+
+/// The operations the engine needs from a store. Every write is atomic: an object appears
+/// whole under its key or not at all.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug {
+    /// Where this store points, for messages (`s3://bucket`, `/data`).
+    fn url(&self) -> String;
+    /// The store's block limits.
+    fn limits(&self) -> Limits;
+    /// The block digest the store vouches for, if any (S3's multipart ETag, or ferry's own
+    /// record in metadata where the store computes none).
+    fn digest(&self, info: &ObjectInfo) -> Option<String>;
+    /// Writes a whole object in one request.
+    async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()>;
+    /// Reads `range` of an object; the range must lie within it.
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes>;
+    /// Size, etag and metadata of one object.
+    async fn head(&self, key: &str) -> Result<ObjectInfo>;
+    /// Every object under `prefix`, recursively, sorted by key.
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
+    /// Deletes an object; deleting a missing object is not an error.
+    async fn delete(&self, key: &str) -> Result<()>;
+    /// Creates the bucket, container or directory this store points at.
+    async fn create_root(&self) -> Result<()>;
+    /// Opens a block session for `key`; `meta` is stored where the backend takes it at start.
+    async fn start_upload(&self, key: &str, meta: &Meta) -> Result<Upload>;
+    /// Stores block `idx`, whose data starts at byte `offset` of the object.
+    async fn put_block(&self, up: &Upload, idx: usize, offset: u64, data: Bytes)
+        -> Result<BlockId>;
+    /// Makes the object appear, made of `blocks` in order; `meta` is stored where the backend
+    /// takes it at completion.
+    async fn complete_upload(&self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta)
+        -> Result<()>;
+    /// Discards a session and every block written to it.
+    async fn abort_upload(&self, up: &Upload) -> Result<()>;
+}

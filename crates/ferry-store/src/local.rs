@@ -1,0 +1,222 @@
+//! A directory as a store: temp name in the same directory, fsync, rename, fsync the directory.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::{BlockId, Error, Limits, Meta, ObjectInfo, Result, Store, Upload};
+
+/// Marks ferry's temp files so listings skip them and a later run can clean them up.
+const TMP_MARK: &str = ".ferry-tmp-";
+
+/// A store rooted at a local directory. Keys are `/`-separated paths below the root.
+#[derive(Debug, Clone)]
+pub struct LocalStore {
+    root: PathBuf,
+}
+
+impl LocalStore {
+    /// A store rooted at `root` (which need not exist until the first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        if key.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(key)
+        }
+    }
+
+    fn temp_for(path: &Path) -> PathBuf {
+        let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        let tag: u64 = rand::random();
+        path.with_file_name(format!(".{name}{TMP_MARK}{tag:016x}"))
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Permanent(format!("local I/O task failed: {e}")))?
+}
+
+fn prepare_parent(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        return Err(Error::AlreadyExists(format!("{} is a directory", path.display())));
+    }
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(|e| Error::io(parent.display(), e))?;
+    }
+    Ok(())
+}
+
+/// fsync the file, rename it into place, fsync the directory so the rename survives a crash.
+fn publish(tmp: &Path, dst: &Path) -> Result<()> {
+    File::open(tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(tmp.display(), e))?;
+    if dst.is_dir() {
+        let _ = fs::remove_file(tmp);
+        return Err(Error::AlreadyExists(format!("{} is a directory", dst.display())));
+    }
+    fs::rename(tmp, dst).map_err(|e| Error::io(dst.display(), e))?;
+    let dir = dst.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir.display(), e))
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<ObjectInfo>) -> Result<()> {
+    let entries = fs::read_dir(dir).map_err(|e| Error::io(dir.display(), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir.display(), e))?;
+        let name = entry.file_name();
+        if name.to_string_lossy().contains(TMP_MARK) {
+            continue;
+        }
+        let path = entry.path();
+        let meta = fs::metadata(&path).map_err(|e| Error::io(path.display(), e))?;
+        if meta.is_dir() {
+            walk(root, &path, out)?;
+        } else if meta.is_file() {
+            let rel = path.strip_prefix(root).unwrap_or(&path);
+            out.push(ObjectInfo {
+                key: rel.to_string_lossy().into_owned(),
+                size: meta.len(),
+                ..Default::default()
+            });
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for LocalStore {
+    fn url(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn limits(&self) -> Limits {
+        Limits { min_block: 1, max_block: 1 << 32, max_blocks: u64::MAX }
+    }
+
+    fn digest(&self, _info: &ObjectInfo) -> Option<String> {
+        None
+    }
+
+    async fn put(&self, key: &str, data: Bytes, _meta: &Meta) -> Result<()> {
+        let dst = self.path(key);
+        blocking(move || {
+            prepare_parent(&dst)?;
+            let tmp = Self::temp_for(&dst);
+            let written = File::create(&tmp).and_then(|mut f| f.write_all(&data));
+            if let Err(e) = written {
+                let _ = fs::remove_file(&tmp);
+                return Err(Error::io(tmp.display(), e));
+            }
+            publish(&tmp, &dst).inspect_err(|_| {
+                let _ = fs::remove_file(&tmp);
+            })
+        })
+        .await
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        let path = self.path(key);
+        blocking(move || {
+            let f = File::open(&path).map_err(|e| Error::io(path.display(), e))?;
+            let mut buf = vec![0u8; (range.end - range.start) as usize];
+            f.read_exact_at(&mut buf, range.start).map_err(|e| Error::io(path.display(), e))?;
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectInfo> {
+        let path = self.path(key);
+        let meta = fs::metadata(&path).map_err(|e| Error::io(path.display(), e))?;
+        if !meta.is_file() {
+            return Err(Error::Invalid(format!("{} is not a regular file", path.display())));
+        }
+        Ok(ObjectInfo { key: key.to_string(), size: meta.len(), ..Default::default() })
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let root = self.root.clone();
+        let start = self.path(prefix);
+        blocking(move || {
+            let mut out = Vec::new();
+            match fs::metadata(&start) {
+                Ok(m) if m.is_dir() => walk(&root, &start, &mut out)?,
+                Ok(m) => out.push(ObjectInfo {
+                    key: start.strip_prefix(&root).unwrap_or(&start).to_string_lossy().into(),
+                    size: m.len(),
+                    ..Default::default()
+                }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(start.display(), e)),
+            }
+            out.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        match fs::remove_file(self.path(key)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(key, e)),
+            _ => Ok(()),
+        }
+    }
+
+    async fn create_root(&self) -> Result<()> {
+        fs::create_dir_all(&self.root).map_err(|e| Error::io(self.root.display(), e))
+    }
+
+    async fn start_upload(&self, key: &str, _meta: &Meta) -> Result<Upload> {
+        let dst = self.path(key);
+        let key = key.to_string();
+        blocking(move || {
+            prepare_parent(&dst)?;
+            let tmp = Self::temp_for(&dst);
+            File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+            Ok(Upload { key, id: tmp.to_string_lossy().into_owned() })
+        })
+        .await
+    }
+
+    async fn put_block(
+        &self,
+        up: &Upload,
+        idx: usize,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<BlockId> {
+        let tmp = PathBuf::from(&up.id);
+        blocking(move || {
+            let f = OpenOptions::new().write(true).open(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+            f.write_all_at(&data, offset).map_err(|e| Error::io(tmp.display(), e))?;
+            Ok(BlockId(idx.to_string()))
+        })
+        .await
+    }
+
+    async fn complete_upload(&self, up: &Upload, _blocks: Vec<BlockId>, _meta: &Meta) -> Result<()> {
+        let (tmp, dst) = (PathBuf::from(&up.id), self.path(&up.key));
+        blocking(move || publish(&tmp, &dst)).await
+    }
+
+    async fn abort_upload(&self, up: &Upload) -> Result<()> {
+        match fs::remove_file(&up.id) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&up.id, e)),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Parsing the places ferry reads from and writes to.
+
+use std::fmt;
+
+use crate::{Error, Result};
+
+/// The kind of place a [`Location`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// A path on the local file system.
+    Local,
+    /// `-`: standard input or output.
+    Stdio,
+    /// `s3://bucket/key`.
+    S3,
+    /// `az://container/blob`.
+    Azure,
+}
+
+/// A parsed source or destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// Which kind of place.
+    pub scheme: Scheme,
+    /// Bucket or container (empty for local paths and stdio).
+    pub bucket: String,
+    /// Key inside the bucket, or the local path.
+    pub key: String,
+}
+
+impl Location {
+    /// Parses `-`, a local path, `file://PATH`, `s3://bucket/key` or `az://container/blob`.
+    pub fn parse(s: &str) -> Result<Self> {
+        if s == "-" {
+            return Ok(Self { scheme: Scheme::Stdio, bucket: String::new(), key: String::new() });
+        }
+        let Some((scheme, rest)) = s.split_once("://") else {
+            if s.is_empty() {
+                return Err(Error::Invalid("empty path".into()));
+            }
+            return Ok(Self { scheme: Scheme::Local, bucket: String::new(), key: s.to_string() });
+        };
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "file" => {
+                return Ok(Self { scheme: Scheme::Local, bucket: String::new(), key: rest.into() })
+            }
+            "s3" => Scheme::S3,
+            "az" | "azure" => Scheme::Azure,
+            other => {
+                return Err(Error::Invalid(format!(
+                    "unknown scheme '{other}' in '{s}': use a local path, -, s3://bucket/key or az://container/blob"
+                )))
+            }
+        };
+        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(Error::Invalid(format!("'{s}' names no bucket or container")));
+        }
+        Ok(Self { scheme, bucket: bucket.into(), key: key.trim_start_matches('/').into() })
+    }
+
+    /// True for object stores (as opposed to local paths and stdio).
+    pub fn is_remote(&self) -> bool {
+        matches!(self.scheme, Scheme::S3 | Scheme::Azure)
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.scheme {
+            Scheme::Stdio => f.write_str("-"),
+            Scheme::Local => f.write_str(&self.key),
+            Scheme::S3 => write!(f, "s3://{}/{}", self.bucket, self.key),
+            Scheme::Azure => write!(f, "az://{}/{}", self.bucket, self.key),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_each_scheme() {
+        let l = Location::parse("s3://b/a/b.txt").unwrap();
+        assert_eq!((l.scheme, l.bucket.as_str(), l.key.as_str()), (Scheme::S3, "b", "a/b.txt"));
+        let l = Location::parse("az://c").unwrap();
+        assert_eq!((l.scheme, l.bucket.as_str(), l.key.as_str()), (Scheme::Azure, "c", ""));
+        assert_eq!(Location::parse("-").unwrap().scheme, Scheme::Stdio);
+        assert_eq!(Location::parse("./x").unwrap().scheme, Scheme::Local);
+        assert_eq!(Location::parse("file:///tmp/x").unwrap().key, "/tmp/x");
+    }
+
+    #[test]
+    fn rejects_unknown_scheme_and_missing_bucket() {
+        let e = Location::parse("gs://bucket/x").unwrap_err().to_string();
+        assert!(e.contains("unknown scheme 'gs'"), "{e}");
+        assert!(Location::parse("s3:///key").is_err());
+    }
+}
