@@ -77,7 +77,12 @@ fn path(key: &str) -> Result<Path> {
 
 fn attributes(meta: &Meta) -> Attributes {
     meta.iter()
-        .map(|(k, v)| (Attribute::Metadata(k.clone().into()), object_store::AttributeValue::from(v.clone())))
+        .map(|(k, v)| {
+            (
+                Attribute::Metadata(k.clone().into()),
+                object_store::AttributeValue::from(v.clone()),
+            )
+        })
         .collect()
 }
 
@@ -102,10 +107,16 @@ impl Store for CloudStore {
 
     fn limits(&self) -> Limits {
         match self.flavor {
-            Flavor::S3(_) => Limits { min_block: 5 << 20, max_block: 5 << 30, max_blocks: 10_000 },
-            Flavor::Azure(_) => {
-                Limits { min_block: 1, max_block: 4000 << 20, max_blocks: 50_000 }
-            }
+            Flavor::S3(_) => Limits {
+                min_block: 5 << 20,
+                max_block: 5 << 30,
+                max_blocks: 10_000,
+            },
+            Flavor::Azure(_) => Limits {
+                min_block: 1,
+                max_block: 4000 << 20,
+                max_blocks: 50_000,
+            },
         }
     }
 
@@ -120,8 +131,13 @@ impl Store for CloudStore {
         match &self.flavor {
             Flavor::Azure(w) => w.put_blob(key, data, meta).await,
             Flavor::S3(_) => {
-                let opts = PutOptions { attributes: attributes(meta), ..Default::default() };
-                self.inner.put_opts(&path(key)?, PutPayload::from(data), opts).await?;
+                let opts = PutOptions {
+                    attributes: attributes(meta),
+                    ..Default::default()
+                };
+                self.inner
+                    .put_opts(&path(key)?, PutPayload::from(data), opts)
+                    .await?;
                 Ok(())
             }
         }
@@ -143,7 +159,10 @@ impl Store for CloudStore {
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo> {
-        let opts = GetOptions { head: true, ..Default::default() };
+        let opts = GetOptions {
+            head: true,
+            ..Default::default()
+        };
         let r = self.inner.get_opts(&path(key)?, opts).await?;
         let meta = r
             .attributes
@@ -153,11 +172,20 @@ impl Store for CloudStore {
                 _ => None,
             })
             .collect();
-        Ok(ObjectInfo { key: key.into(), size: r.meta.size, etag: unquote(r.meta.e_tag), meta })
+        Ok(ObjectInfo {
+            key: key.into(),
+            size: r.meta.size,
+            etag: unquote(r.meta.e_tag),
+            meta,
+        })
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        let p = if prefix.is_empty() { None } else { Some(path(prefix)?) };
+        let p = if prefix.is_empty() {
+            None
+        } else {
+            Some(path(prefix)?)
+        };
         let mut out: Vec<ObjectInfo> = self
             .inner
             .list(p.as_ref())
@@ -191,19 +219,35 @@ impl Store for CloudStore {
         let id = match self.flavor {
             Flavor::Azure(_) => azure::new_session_id(),
             Flavor::S3(_) => {
-                let opts = PutMultipartOptions { attributes: attributes(meta), ..Default::default() };
-                self.multipart().create_multipart_opts(&path(key)?, opts).await?
+                let opts = PutMultipartOptions {
+                    attributes: attributes(meta),
+                    ..Default::default()
+                };
+                self.multipart()
+                    .create_multipart_opts(&path(key)?, opts)
+                    .await?
             }
         };
-        Ok(Upload { key: key.into(), id })
+        Ok(Upload {
+            key: key.into(),
+            id,
+        })
     }
 
-    async fn put_block(&self, up: &Upload, idx: usize, _offset: u64, data: Bytes) -> Result<BlockId> {
+    async fn put_block(
+        &self,
+        up: &Upload,
+        idx: usize,
+        _offset: u64,
+        data: Bytes,
+    ) -> Result<BlockId> {
         match &self.flavor {
             Flavor::Azure(w) => w.put_block(up, idx, data).await,
             Flavor::S3(_) => {
-                let part =
-                    self.multipart().put_part(&path(&up.key)?, &up.id, idx, PutPayload::from(data)).await?;
+                let part = self
+                    .multipart()
+                    .put_part(&path(&up.key)?, &up.id, idx, PutPayload::from(data))
+                    .await?;
                 Ok(BlockId(part.content_id))
             }
         }
@@ -213,8 +257,13 @@ impl Store for CloudStore {
         match &self.flavor {
             Flavor::Azure(w) => w.put_block_list(up, &blocks, meta).await,
             Flavor::S3(_) => {
-                let parts = blocks.into_iter().map(|b| PartId { content_id: b.0 }).collect();
-                self.multipart().complete_multipart(&path(&up.key)?, &up.id, parts).await?;
+                let parts = blocks
+                    .into_iter()
+                    .map(|b| PartId { content_id: b.0 })
+                    .collect();
+                self.multipart()
+                    .complete_multipart(&path(&up.key)?, &up.id, parts)
+                    .await?;
                 Ok(())
             }
         }
@@ -224,7 +273,11 @@ impl Store for CloudStore {
         match self.flavor {
             // Uncommitted Azure blocks are never visible and expire on their own.
             Flavor::Azure(_) => Ok(()),
-            Flavor::S3(_) => match self.multipart().abort_multipart(&path(&up.key)?, &up.id).await {
+            Flavor::S3(_) => match self
+                .multipart()
+                .abort_multipart(&path(&up.key)?, &up.id)
+                .await
+            {
                 Err(object_store::Error::NotFound { .. }) => Ok(()),
                 r => Ok(r?),
             },

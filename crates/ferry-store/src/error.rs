@@ -53,9 +53,7 @@ impl From<object_store::Error> for Error {
         match &e {
             E::NotFound { path, .. } => Error::NotFound(path.clone()),
             E::AlreadyExists { path, .. } => Error::AlreadyExists(path.clone()),
-            E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
-                Error::Denied(one_line(&e))
-            }
+            E::PermissionDenied { .. } | E::Unauthenticated { .. } => Error::Denied(one_line(&e)),
             E::InvalidPath { .. } | E::NotSupported { .. } | E::NotImplemented { .. } => {
                 Error::Invalid(one_line(&e))
             }

@@ -96,8 +96,7 @@ pub trait Store: Send + Sync + fmt::Debug {
         -> Result<BlockId>;
     /// Makes the object appear, made of `blocks` in order; `meta` is stored where the backend
     /// takes it at completion.
-    async fn complete_upload(&self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta)
-        -> Result<()>;
+    async fn complete_upload(&self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta) -> Result<()>;
     /// Discards a session and every block written to it.
     async fn abort_upload(&self, up: &Upload) -> Result<()>;
 }

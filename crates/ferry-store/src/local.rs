@@ -35,7 +35,10 @@ impl LocalStore {
     }
 
     fn temp_for(path: &Path) -> PathBuf {
-        let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
         let tag: u64 = rand::random();
         path.with_file_name(format!(".{name}{TMP_MARK}{tag:016x}"))
     }
@@ -49,7 +52,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 fn prepare_parent(path: &Path) -> Result<()> {
     if path.is_dir() {
-        return Err(Error::AlreadyExists(format!("{} is a directory", path.display())));
+        return Err(Error::AlreadyExists(format!(
+            "{} is a directory",
+            path.display()
+        )));
     }
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent).map_err(|e| Error::io(parent.display(), e))?;
@@ -64,10 +70,16 @@ fn publish(tmp: &Path, dst: &Path) -> Result<()> {
         .map_err(|e| Error::io(tmp.display(), e))?;
     if dst.is_dir() {
         let _ = fs::remove_file(tmp);
-        return Err(Error::AlreadyExists(format!("{} is a directory", dst.display())));
+        return Err(Error::AlreadyExists(format!(
+            "{} is a directory",
+            dst.display()
+        )));
     }
     fs::rename(tmp, dst).map_err(|e| Error::io(dst.display(), e))?;
-    let dir = dst.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = dst
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| Error::io(dir.display(), e))
@@ -104,7 +116,11 @@ impl Store for LocalStore {
     }
 
     fn limits(&self) -> Limits {
-        Limits { min_block: 1, max_block: 1 << 32, max_blocks: u64::MAX }
+        Limits {
+            min_block: 1,
+            max_block: 1 << 32,
+            max_blocks: u64::MAX,
+        }
     }
 
     fn digest(&self, _info: &ObjectInfo) -> Option<String> {
@@ -133,7 +149,8 @@ impl Store for LocalStore {
         blocking(move || {
             let f = File::open(&path).map_err(|e| Error::io(path.display(), e))?;
             let mut buf = vec![0u8; (range.end - range.start) as usize];
-            f.read_exact_at(&mut buf, range.start).map_err(|e| Error::io(path.display(), e))?;
+            f.read_exact_at(&mut buf, range.start)
+                .map_err(|e| Error::io(path.display(), e))?;
             Ok(Bytes::from(buf))
         })
         .await
@@ -143,9 +160,16 @@ impl Store for LocalStore {
         let path = self.path(key);
         let meta = fs::metadata(&path).map_err(|e| Error::io(path.display(), e))?;
         if !meta.is_file() {
-            return Err(Error::Invalid(format!("{} is not a regular file", path.display())));
+            return Err(Error::Invalid(format!(
+                "{} is not a regular file",
+                path.display()
+            )));
         }
-        Ok(ObjectInfo { key: key.to_string(), size: meta.len(), ..Default::default() })
+        Ok(ObjectInfo {
+            key: key.to_string(),
+            size: meta.len(),
+            ..Default::default()
+        })
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
@@ -156,7 +180,11 @@ impl Store for LocalStore {
             match fs::metadata(&start) {
                 Ok(m) if m.is_dir() => walk(&root, &start, &mut out)?,
                 Ok(m) => out.push(ObjectInfo {
-                    key: start.strip_prefix(&root).unwrap_or(&start).to_string_lossy().into(),
+                    key: start
+                        .strip_prefix(&root)
+                        .unwrap_or(&start)
+                        .to_string_lossy()
+                        .into(),
                     size: m.len(),
                     ..Default::default()
                 }),
@@ -187,7 +215,10 @@ impl Store for LocalStore {
             prepare_parent(&dst)?;
             let tmp = Self::temp_for(&dst);
             File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
-            Ok(Upload { key, id: tmp.to_string_lossy().into_owned() })
+            Ok(Upload {
+                key,
+                id: tmp.to_string_lossy().into_owned(),
+            })
         })
         .await
     }
@@ -201,14 +232,23 @@ impl Store for LocalStore {
     ) -> Result<BlockId> {
         let tmp = PathBuf::from(&up.id);
         blocking(move || {
-            let f = OpenOptions::new().write(true).open(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
-            f.write_all_at(&data, offset).map_err(|e| Error::io(tmp.display(), e))?;
+            let f = OpenOptions::new()
+                .write(true)
+                .open(&tmp)
+                .map_err(|e| Error::io(tmp.display(), e))?;
+            f.write_all_at(&data, offset)
+                .map_err(|e| Error::io(tmp.display(), e))?;
             Ok(BlockId(idx.to_string()))
         })
         .await
     }
 
-    async fn complete_upload(&self, up: &Upload, _blocks: Vec<BlockId>, _meta: &Meta) -> Result<()> {
+    async fn complete_upload(
+        &self,
+        up: &Upload,
+        _blocks: Vec<BlockId>,
+        _meta: &Meta,
+    ) -> Result<()> {
         let (tmp, dst) = (PathBuf::from(&up.id), self.path(&up.key));
         blocking(move || publish(&tmp, &dst)).await
     }

@@ -32,13 +32,21 @@ impl Location {
     /// Parses `-`, a local path, `file://PATH`, `s3://bucket/key` or `az://container/blob`.
     pub fn parse(s: &str) -> Result<Self> {
         if s == "-" {
-            return Ok(Self { scheme: Scheme::Stdio, bucket: String::new(), key: String::new() });
+            return Ok(Self {
+                scheme: Scheme::Stdio,
+                bucket: String::new(),
+                key: String::new(),
+            });
         }
         let Some((scheme, rest)) = s.split_once("://") else {
             if s.is_empty() {
                 return Err(Error::Invalid("empty path".into()));
             }
-            return Ok(Self { scheme: Scheme::Local, bucket: String::new(), key: s.to_string() });
+            return Ok(Self {
+                scheme: Scheme::Local,
+                bucket: String::new(),
+                key: s.to_string(),
+            });
         };
         let scheme = match scheme.to_ascii_lowercase().as_str() {
             "file" => {
@@ -54,9 +62,15 @@ impl Location {
         };
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(Error::Invalid(format!("'{s}' names no bucket or container")));
+            return Err(Error::Invalid(format!(
+                "'{s}' names no bucket or container"
+            )));
         }
-        Ok(Self { scheme, bucket: bucket.into(), key: key.trim_start_matches('/').into() })
+        Ok(Self {
+            scheme,
+            bucket: bucket.into(),
+            key: key.trim_start_matches('/').into(),
+        })
     }
 
     /// True for object stores (as opposed to local paths and stdio).
@@ -83,9 +97,15 @@ mod tests {
     #[test]
     fn parses_each_scheme() {
         let l = Location::parse("s3://b/a/b.txt").unwrap();
-        assert_eq!((l.scheme, l.bucket.as_str(), l.key.as_str()), (Scheme::S3, "b", "a/b.txt"));
+        assert_eq!(
+            (l.scheme, l.bucket.as_str(), l.key.as_str()),
+            (Scheme::S3, "b", "a/b.txt")
+        );
         let l = Location::parse("az://c").unwrap();
-        assert_eq!((l.scheme, l.bucket.as_str(), l.key.as_str()), (Scheme::Azure, "c", ""));
+        assert_eq!(
+            (l.scheme, l.bucket.as_str(), l.key.as_str()),
+            (Scheme::Azure, "c", "")
+        );
         assert_eq!(Location::parse("-").unwrap().scheme, Scheme::Stdio);
         assert_eq!(Location::parse("./x").unwrap().scheme, Scheme::Local);
         assert_eq!(Location::parse("file:///tmp/x").unwrap().key, "/tmp/x");

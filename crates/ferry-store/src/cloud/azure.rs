@@ -44,9 +44,15 @@ impl AzureWriter {
         container: &str,
         credential: AzureCredential,
     ) -> Result<Self> {
-        let service =
-            Url::parse(endpoint).map_err(|e| Error::Invalid(format!("Azure endpoint {endpoint}: {e}")))?;
-        Ok(Self { http, service, account: account.into(), container: container.into(), credential })
+        let service = Url::parse(endpoint)
+            .map_err(|e| Error::Invalid(format!("Azure endpoint {endpoint}: {e}")))?;
+        Ok(Self {
+            http,
+            service,
+            account: account.into(),
+            container: container.into(),
+            credential,
+        })
     }
 
     fn url(&self, key: Option<&str>, query: &[(&str, &str)]) -> Url {
@@ -64,7 +70,13 @@ impl AzureWriter {
         url
     }
 
-    async fn put(&self, url: Url, body: Bytes, headers: &[(String, String)], what: &str) -> Result<()> {
+    async fn put(
+        &self,
+        url: Url,
+        body: Bytes,
+        headers: &[(String, String)],
+        what: &str,
+    ) -> Result<()> {
         let len = body.len();
         let mut req: HttpRequest = http::Request::builder()
             .method(Method::PUT)
@@ -77,8 +89,8 @@ impl AzureWriter {
         for (k, v) in headers {
             let name = http::HeaderName::try_from(k.as_str())
                 .map_err(|e| Error::Invalid(format!("header {k}: {e}")))?;
-            let value =
-                HeaderValue::try_from(v.as_str()).map_err(|e| Error::Invalid(format!("header {k}: {e}")))?;
+            let value = HeaderValue::try_from(v.as_str())
+                .map_err(|e| Error::Invalid(format!("header {k}: {e}")))?;
             h.insert(name, value);
         }
         AzureAuthorizer::new(&self.credential, &self.account).try_authorize(&mut req)?;
@@ -86,25 +98,34 @@ impl AzureWriter {
     }
 
     fn meta_headers(meta: &Meta) -> Vec<(String, String)> {
-        meta.iter().map(|(k, v)| (format!("x-ms-meta-{}", k.replace('-', "_")), v.clone())).collect()
+        meta.iter()
+            .map(|(k, v)| (format!("x-ms-meta-{}", k.replace('-', "_")), v.clone()))
+            .collect()
     }
 
     pub(super) async fn put_blob(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()> {
         let mut h = Self::meta_headers(meta);
         h.push(("x-ms-blob-type".into(), "BlockBlob".into()));
         h.push(("content-md5".into(), md5_b64(&data)));
-        self.put(self.url(Some(key), &[]), data, &h, &format!("put {key}")).await
+        self.put(self.url(Some(key), &[]), data, &h, &format!("put {key}"))
+            .await
     }
 
     pub(super) async fn put_block(&self, up: &Upload, idx: usize, data: Bytes) -> Result<BlockId> {
         let id = block_id(up, idx);
         let url = self.url(Some(&up.key), &[("comp", "block"), ("blockid", &id)]);
         let h = [("content-md5".to_string(), md5_b64(&data))];
-        self.put(url, data, &h, &format!("put block {idx} of {}", up.key)).await?;
+        self.put(url, data, &h, &format!("put block {idx} of {}", up.key))
+            .await?;
         Ok(BlockId(id))
     }
 
-    pub(super) async fn put_block_list(&self, up: &Upload, blocks: &[BlockId], meta: &Meta) -> Result<()> {
+    pub(super) async fn put_block_list(
+        &self,
+        up: &Upload,
+        blocks: &[BlockId],
+        meta: &Meta,
+    ) -> Result<()> {
         let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
         for b in blocks {
             xml.push_str("<Latest>");
@@ -115,12 +136,19 @@ impl AzureWriter {
         let mut h = Self::meta_headers(meta);
         h.push(("content-md5".into(), md5_b64(xml.as_bytes())));
         let url = self.url(Some(&up.key), &[("comp", "blocklist")]);
-        self.put(url, Bytes::from(xml), &h, &format!("commit {}", up.key)).await
+        self.put(url, Bytes::from(xml), &h, &format!("commit {}", up.key))
+            .await
     }
 
     pub(super) async fn create_container(&self) -> Result<()> {
         let url = self.url(None, &[("restype", "container")]);
-        self.put(url, Bytes::new(), &[], &format!("create container {}", self.container)).await
+        self.put(
+            url,
+            Bytes::new(),
+            &[],
+            &format!("create container {}", self.container),
+        )
+        .await
     }
 }
 

@@ -18,7 +18,9 @@ const DEV_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 fn env(names: &[&str]) -> Option<String> {
-    names.iter().find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
+    names
+        .iter()
+        .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
 }
 
 /// HTTP client settings shared by both clouds: the engine owns retries and per-block deadlines,
@@ -41,11 +43,16 @@ fn client_options(endpoint: Option<&str>, ca_cert: Option<&PathBuf>) -> Result<C
 }
 
 fn no_retries() -> RetryConfig {
-    RetryConfig { max_retries: 0, ..Default::default() }
+    RetryConfig {
+        max_retries: 0,
+        ..Default::default()
+    }
 }
 
 fn http_client(opts: &ClientOptions) -> Result<HttpClient> {
-    ReqwestConnector::default().connect(opts).map_err(Error::from)
+    ReqwestConnector::default()
+        .connect(opts)
+        .map_err(Error::from)
 }
 
 /// S3 settings; [`S3Config::from_env`] reads `AWS_ENDPOINT_URL`, `AWS_REGION`,
@@ -175,8 +182,12 @@ impl AzureConfig {
             Some(cs) => Self::from_connection_string(&cs),
             None => Self::default(),
         };
-        c.account = c.account.or_else(|| env(&["AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_ACCOUNT_NAME"]));
-        c.key = c.key.or_else(|| env(&["AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCOUNT_KEY"]));
+        c.account = c
+            .account
+            .or_else(|| env(&["AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_ACCOUNT_NAME"]));
+        c.key = c
+            .key
+            .or_else(|| env(&["AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCOUNT_KEY"]));
         c.endpoint = c.endpoint.or_else(|| env(&["AZURE_STORAGE_ENDPOINT"]));
         c.ca_cert = env(&["SSL_CERT_FILE"]).map(PathBuf::from);
         c
@@ -188,7 +199,9 @@ impl AzureConfig {
         let mut protocol = "https".to_string();
         let mut suffix = None;
         for part in cs.split(';').filter(|p| !p.is_empty()) {
-            let Some((k, v)) = part.split_once('=') else { continue };
+            let Some((k, v)) = part.split_once('=') else {
+                continue;
+            };
             match k.trim() {
                 "AccountName" => c.account = Some(v.into()),
                 "AccountKey" => c.key = Some(v.into()),
@@ -235,8 +248,13 @@ impl AzureConfig {
         let credential = AzureCredential::AccessKey(
             AzureAccessKey::try_new(key).map_err(|e| Error::Invalid(one_line(&e)))?,
         );
-        let writer =
-            AzureWriter::new(http_client(&opts)?, &endpoint, account, container, credential)?;
+        let writer = AzureWriter::new(
+            http_client(&opts)?,
+            &endpoint,
+            account,
+            container,
+            credential,
+        )?;
         Ok((az, writer))
     }
 }

@@ -1,0 +1,189 @@
+//! Store-to-store copy of one object; local files are stores too, so this is also upload and
+//! download to and from disk.
+
+use bytes::Bytes;
+use ferry_store::{BlockId, Error, Meta, ObjectInfo, Result, Upload, META_BLOCKS, META_DIGEST};
+use futures::{StreamExt, TryStreamExt};
+
+use crate::{digest, md5_of, BlockPlan, Class, Engine, Progress, SharedStore, ABORT_TIMEOUT};
+
+/// The digest an object's reader can check, if the source vouches for one under `plan`.
+pub(crate) fn expected_digest(
+    src: &SharedStore,
+    info: &ObjectInfo,
+    plan: BlockPlan,
+) -> Option<String> {
+    let digest = src.digest(info)?;
+    let written_with = info
+        .meta
+        .get(META_BLOCKS)
+        .and_then(|p| BlockPlan::decode(p));
+    let single = plan.blocks(info.size).len() <= 1;
+    (written_with == Some(plan) || (single && !digest.contains('-'))).then_some(digest)
+}
+
+pub(crate) fn meta_with(plan: BlockPlan, digest: Option<&str>) -> Meta {
+    let mut m = Meta::new();
+    m.insert(META_BLOCKS.into(), plan.encode());
+    if let Some(d) = digest {
+        m.insert(META_DIGEST.into(), d.into());
+    }
+    m
+}
+
+impl Engine {
+    /// Copies `src_key` of `src` to `dst_key` of `dst`. The destination appears whole, checked,
+    /// or not at all.
+    pub async fn copy(
+        &self,
+        src: &SharedStore,
+        src_key: &str,
+        dst: &SharedStore,
+        dst_key: &str,
+        class: Class,
+        progress: &dyn Progress,
+    ) -> Result<u64> {
+        let info = self
+            .retry(&format!("head {src_key}"), 0, || src.head(src_key))
+            .await?;
+        let size = info.size;
+        progress.add_total(size);
+        let recorded = info
+            .meta
+            .get(META_BLOCKS)
+            .and_then(|p| BlockPlan::decode(p));
+        let plan = match recorded {
+            // Reading in the blocks the object was written with lets the digest be checked.
+            Some(p) if self.cfg.block_size.is_none() && p.fits(size, dst.limits()) => p,
+            _ => BlockPlan::for_size(size, dst.limits(), self.cfg.block_size),
+        };
+        let expect = expected_digest(src, &info, plan);
+        let blocks = plan.blocks(size);
+
+        if blocks.len() <= 1 {
+            let _slot = self.sched.slot(class).await;
+            let _mem = self.sched.reserve(size).await;
+            let what = format!("read {src_key}");
+            let data = match size {
+                0 => Bytes::new(),
+                _ => {
+                    self.retry(&what, size, || src.get_range(src_key, 0..size))
+                        .await?
+                }
+            };
+            let got = digest::compose(&[md5_of(&data).await], true);
+            check(expect.as_deref(), &got, src_key)?;
+            let meta = meta_with(plan, Some(&got));
+            let what = format!("write {dst_key}");
+            self.retry(&what, size, || dst.put(dst_key, data.clone(), &meta))
+                .await?;
+            self.sched.record(size);
+            progress.advance(size);
+            self.finished(size, plan, expect.is_some());
+            return Ok(size);
+        }
+
+        let what = format!("start upload of {dst_key}");
+        let start_meta = meta_with(plan, None);
+        let up = self
+            .retry(&what, 0, || dst.start_upload(dst_key, &start_meta))
+            .await?;
+        let up = &up;
+        let sent = futures::stream::iter(blocks.iter().copied().enumerate())
+            .map(|(i, (off, len))| async move {
+                let _slot = self.sched.slot(class).await;
+                let _mem = self.sched.reserve(len).await;
+                let what = format!("read {src_key} block {i}");
+                let data = self
+                    .retry(&what, len, || src.get_range(src_key, off..off + len))
+                    .await?;
+                let md5 = md5_of(&data).await;
+                let what = format!("write {dst_key} block {i}");
+                let id = self
+                    .retry(&what, len, || dst.put_block(up, i, off, data.clone()))
+                    .await?;
+                self.sched.record(len);
+                progress.advance(len);
+                Ok::<_, Error>((id, md5))
+            })
+            .buffered(blocks.len())
+            .try_collect::<Vec<_>>()
+            .await;
+        let finished = match sent {
+            Ok(parts) => {
+                self.commit(dst, up, parts, plan, expect.as_deref(), src_key)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match finished {
+            Ok(()) => {
+                self.finished(size, plan, expect.is_some());
+                Ok(size)
+            }
+            Err(e) => {
+                self.abort(dst, up).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Completes an upload after checking the source digest, then checks what the store made.
+    pub(crate) async fn commit(
+        &self,
+        dst: &SharedStore,
+        up: &Upload,
+        parts: Vec<(BlockId, [u8; 16])>,
+        plan: BlockPlan,
+        expect: Option<&str>,
+        src_name: &str,
+    ) -> Result<()> {
+        let (ids, md5s): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+        let got = digest::compose(&md5s, false);
+        check(expect, &got, src_name)?;
+        let meta = meta_with(plan, Some(&got));
+        let what = format!("complete {}", up.key);
+        let done = self
+            .retry(&what, 0, || dst.complete_upload(up, ids.clone(), &meta))
+            .await;
+        let info = match done {
+            Ok(()) => {
+                self.retry(&format!("head {}", up.key), 0, || dst.head(&up.key))
+                    .await?
+            }
+            // A retried completion finds its upload already completed: look at the object.
+            Err(Error::NotFound(_)) => dst.head(&up.key).await?,
+            Err(e) => return Err(e),
+        };
+        match dst.digest(&info) {
+            Some(stored) if stored != got => {
+                let _ = dst.delete(&up.key).await;
+                Err(Error::Checksum(format!(
+                    "{}: the store assembled {stored}, ferry sent {got}; removed",
+                    up.key
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) async fn abort(&self, dst: &SharedStore, up: &Upload) {
+        let what = format!("abort {}", up.key);
+        let abort = self.retry(&what, 0, || dst.abort_upload(up));
+        if let Ok(Err(e)) | Err(e) = tokio::time::timeout(ABORT_TIMEOUT, abort)
+            .await
+            .map_err(|_| Error::Transient("abort timed out".into()))
+        {
+            tracing::warn!(key = %up.key, error = %e, "could not abort upload; the store will expire it");
+        }
+    }
+}
+
+pub(crate) fn check(expect: Option<&str>, got: &str, name: &str) -> Result<()> {
+    match expect {
+        Some(e) if e != got => Err(Error::Checksum(format!(
+            "{name}: read data has digest {got}, the store says {e}"
+        ))),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,174 @@
+//! How an object is cut into blocks.
+//!
+//! A plan is recorded with each object ferry writes (`ferry-blocks` metadata), so that a later
+//! download can read the same blocks and check them against the store's digest.
+
+use ferry_store::Limits;
+
+const MIB: u64 = 1 << 20;
+/// Default block size: large enough that per-request overhead is small on a high-latency link,
+/// small enough that 16-32 blocks in flight fit the default memory budget.
+pub const DEFAULT_BLOCK: u64 = 8 * MIB;
+/// Blocks a medium object is cut into, at least, so that it still travels in parallel.
+const SPREAD: u64 = 16;
+/// A stream of unknown length doubles its block size every this many blocks, so that it never
+/// runs out of S3's 10,000 parts (8 MiB x 1000 x (1 + 2 + ... + 512) is about 8 TiB).
+const GROW_EVERY: u64 = 1000;
+
+/// Block sizes of one object: `base`, doubling every `grow_every` blocks (never, when 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockPlan {
+    /// Size of the first blocks.
+    pub base: u64,
+    /// Blocks between doublings; 0 for a fixed size.
+    pub grow_every: u64,
+}
+
+impl BlockPlan {
+    /// The plan for an object of known `size` on a store with `limits`; `forced` is a block size
+    /// the user asked for.
+    pub fn for_size(size: u64, limits: Limits, forced: Option<u64>) -> Self {
+        let by_count = size.div_ceil(limits.max_blocks.max(1));
+        let base = match forced {
+            Some(b) => b.max(by_count),
+            // Cut medium objects into SPREAD blocks (1 MiB granularity), large ones into 8 MiB.
+            None => (size / SPREAD)
+                .next_multiple_of(MIB)
+                .clamp(MIB, DEFAULT_BLOCK)
+                .max(by_count),
+        };
+        Self {
+            base: base.clamp(limits.min_block.max(1), limits.max_block),
+            grow_every: 0,
+        }
+    }
+
+    /// The plan for a stream of unknown length.
+    pub fn for_stream(limits: Limits, forced: Option<u64>) -> Self {
+        let base = forced
+            .unwrap_or(DEFAULT_BLOCK)
+            .clamp(limits.min_block.max(1), limits.max_block);
+        Self {
+            base,
+            grow_every: GROW_EVERY,
+        }
+    }
+
+    /// Size of block `idx` (the last block of an object may be shorter).
+    pub fn block_len(&self, idx: u64) -> u64 {
+        match self.grow_every {
+            0 => self.base,
+            g => self.base << (idx / g).min(16),
+        }
+    }
+
+    /// Offsets and lengths of every block of an object of `size` bytes (none for 0 bytes).
+    pub fn blocks(&self, size: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < size {
+            let len = self.block_len(out.len() as u64).min(size - off);
+            out.push((off, len));
+            off += len;
+        }
+        out
+    }
+
+    /// True when a store with `limits` accepts this plan for an object of `size`.
+    pub fn fits(&self, size: u64, limits: Limits) -> bool {
+        let blocks = self.blocks(size);
+        blocks.len() as u64 <= limits.max_blocks
+            && blocks.iter().all(|&(_, l)| l <= limits.max_block)
+            && blocks
+                .iter()
+                .rev()
+                .skip(1)
+                .all(|&(_, l)| l >= limits.min_block)
+    }
+
+    /// The metadata form: `BASE` or `BASExGROW`.
+    pub fn encode(&self) -> String {
+        match self.grow_every {
+            0 => self.base.to_string(),
+            g => format!("{}x{g}", self.base),
+        }
+    }
+
+    /// Parses [`BlockPlan::encode`]'s form.
+    pub fn decode(s: &str) -> Option<Self> {
+        let (b, g) = s.split_once('x').unwrap_or((s, "0"));
+        let plan = Self {
+            base: b.parse().ok()?,
+            grow_every: g.parse().ok()?,
+        };
+        (plan.base > 0).then_some(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S3: Limits = Limits {
+        min_block: 5 * MIB,
+        max_block: 5 << 30,
+        max_blocks: 10_000,
+    };
+    const ANY: Limits = Limits {
+        min_block: 1,
+        max_block: 1 << 32,
+        max_blocks: 50_000,
+    };
+
+    #[test]
+    fn sizes_follow_object_size_and_limits() {
+        assert_eq!(BlockPlan::for_size(16 * MIB, ANY, None).base, MIB);
+        assert_eq!(BlockPlan::for_size(16 * MIB, S3, None).base, 5 * MIB);
+        assert_eq!(BlockPlan::for_size(1 << 30, S3, None).base, DEFAULT_BLOCK);
+        // 200 GiB must fit in 10,000 parts.
+        let big = BlockPlan::for_size(200 << 30, S3, None);
+        assert!(big.fits(200 << 30, S3), "{big:?}");
+        assert_eq!(BlockPlan::for_size(100 * MIB, S3, Some(MIB)).base, 5 * MIB);
+    }
+
+    #[test]
+    fn blocks_cover_the_object_exactly() {
+        let p = BlockPlan {
+            base: 10,
+            grow_every: 2,
+        };
+        assert_eq!(p.blocks(0), vec![]);
+        assert_eq!(p.blocks(45), vec![(0, 10), (10, 10), (20, 20), (40, 5)]);
+        let total: u64 = BlockPlan::for_size(12345, ANY, Some(100))
+            .blocks(12345)
+            .iter()
+            .map(|b| b.1)
+            .sum();
+        assert_eq!(total, 12345);
+    }
+
+    #[test]
+    fn streams_fit_s3_up_to_terabytes() {
+        let p = BlockPlan::for_stream(S3, None);
+        assert!(p.fits(4 << 40, S3));
+        assert!(p.fits(10 << 30, S3));
+    }
+
+    #[test]
+    fn encoding_round_trips() {
+        for p in [
+            BlockPlan {
+                base: 8 << 20,
+                grow_every: 0,
+            },
+            BlockPlan {
+                base: 5,
+                grow_every: 1000,
+            },
+        ] {
+            assert_eq!(BlockPlan::decode(&p.encode()), Some(p));
+        }
+        assert_eq!(BlockPlan::decode("zero"), None);
+        assert_eq!(BlockPlan::decode("0"), None);
+    }
+}

@@ -1,0 +1,159 @@
+//! Retrying one request alone: bounded attempts, exponential backoff with full jitter (so that
+//! many failed blocks do not come back in one synchronised storm), and a deadline per attempt
+//! so that a stalled connection is abandoned.
+
+use std::future::Future;
+use std::time::Duration;
+
+use ferry_store::{Error, Result};
+use rand::Rng;
+
+/// How one request is retried.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub attempts: u32,
+    /// Backoff before the second attempt (upper bound of its jitter).
+    pub base: Duration,
+    /// Longest backoff.
+    pub cap: Duration,
+    /// Time allowed for a request without payload; longer requests get more (see
+    /// [`RetryPolicy::deadline`]).
+    pub timeout: Duration,
+}
+
+/// Slowest transfer rate a request may crawl at before it counts as stalled.
+const FLOOR_RATE: u64 = 256 << 10;
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 6,
+            base: Duration::from_millis(200),
+            cap: Duration::from_secs(10),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Deadline for one attempt moving `bytes`.
+    pub fn deadline(&self, bytes: u64) -> Duration {
+        self.timeout + Duration::from_secs_f64(bytes as f64 / FLOOR_RATE as f64)
+    }
+
+    /// Full jitter: a uniform pick in `[0, min(cap, base * 2^attempt))`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let ceiling = self.base.saturating_mul(1 << attempt.min(16)).min(self.cap);
+        ceiling.mul_f64(rand::rng().random::<f64>())
+    }
+
+    /// Runs `op` until it succeeds, fails permanently or runs out of attempts; `on_retry` is
+    /// told of every transient failure.
+    pub async fn run<T, F, Fut>(
+        &self,
+        what: &str,
+        bytes: u64,
+        mut on_retry: impl FnMut(&Error),
+        mut op: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut attempt = 0;
+        loop {
+            let deadline = self.deadline(bytes);
+            let err = match tokio::time::timeout(deadline, op()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+                Err(_) => Error::Transient(format!("{what}: no answer within {deadline:.0?}")),
+            };
+            attempt += 1;
+            if !err.is_transient() || attempt >= self.attempts {
+                return Err(if attempt > 1 && err.is_transient() {
+                    Error::Transient(format!("{err} (gave up after {attempt} attempts)"))
+                } else {
+                    err
+                });
+            }
+            tracing::debug!(%what, attempt, error = %err, "retrying");
+            on_retry(&err);
+            tokio::time::sleep(self.backoff(attempt)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn quick() -> RetryPolicy {
+        RetryPolicy {
+            attempts: 4,
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(5),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn transient_errors_are_retried_until_success() {
+        let calls = AtomicU32::new(0);
+        let mut retries = 0;
+        let r = quick()
+            .run(
+                "op",
+                0,
+                |_| retries += 1,
+                || async {
+                    match calls.fetch_add(1, Ordering::SeqCst) {
+                        0 | 1 => Err(Error::Transient("reset".into())),
+                        n => Ok(n),
+                    }
+                },
+            )
+            .await;
+        assert_eq!(r.unwrap(), 2);
+        assert_eq!(retries, 2);
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_and_exhaustion_stop() {
+        let calls = AtomicU32::new(0);
+        let r: Result<()> = quick()
+            .run(
+                "op",
+                0,
+                |_| {},
+                || async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Err(Error::Denied("no".into()))
+                },
+            )
+            .await;
+        assert!(matches!(r, Err(Error::Denied(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let r: Result<()> = quick()
+            .run(
+                "op",
+                0,
+                |_| {},
+                || async { Err(Error::Transient("x".into())) },
+            )
+            .await;
+        assert!(r
+            .unwrap_err()
+            .to_string()
+            .contains("gave up after 4 attempts"));
+    }
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        let p = RetryPolicy::default();
+        let picks: Vec<_> = (0..50).map(|_| p.backoff(10)).collect();
+        assert!(picks.iter().all(|d| *d <= p.cap));
+        assert!(picks.windows(2).any(|w| w[0] != w[1]), "no jitter");
+    }
+}

@@ -1,0 +1,236 @@
+//! One pool of request slots per process, shared by every transfer, in two priority classes.
+//!
+//! `Urgent` work (WAL) is served first; `Bulk` work (backups) still gets one slot in every
+//! [`BULK_SHARE`] grants while both wait, so it never starves (the Tarsnap lesson: a queue that
+//! never runs clogs everything behind it). Buffered bytes are capped by a memory budget.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+
+use crate::tuner::Tuner;
+
+/// Bulk's share while urgent work waits: one grant in this many.
+pub const BULK_SHARE: u32 = 4;
+
+/// Priority class of a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// Latency-sensitive work such as WAL segments: served first.
+    Urgent,
+    /// Throughput work such as backups: keeps a guaranteed share.
+    Bulk,
+}
+
+#[derive(Debug)]
+struct Slots {
+    in_flight: usize,
+    urgent: VecDeque<oneshot::Sender<Slot>>,
+    bulk: VecDeque<oneshot::Sender<Slot>>,
+    urgent_streak: u32,
+    tuner: Tuner,
+}
+
+impl Slots {
+    /// The next waiter to serve, by class and share.
+    fn next_waiter(&mut self) -> Option<oneshot::Sender<Slot>> {
+        let take_urgent = !self.urgent.is_empty()
+            && (self.bulk.is_empty() || self.urgent_streak + 1 < BULK_SHARE);
+        if take_urgent {
+            self.urgent_streak += 1;
+            self.urgent.pop_front()
+        } else {
+            self.urgent_streak = 0;
+            self.bulk.pop_front()
+        }
+    }
+}
+
+/// The process-wide request scheduler.
+#[derive(Debug)]
+pub struct Scheduler {
+    slots: Mutex<Slots>,
+    memory: Arc<Semaphore>,
+    memory_total: usize,
+    peak: AtomicUsize,
+}
+
+/// A request slot; released on drop.
+#[derive(Debug)]
+pub struct Slot {
+    sched: Option<Arc<Scheduler>>,
+}
+
+/// Bytes of the memory budget, held while a block's buffer lives.
+pub type Memory = OwnedSemaphorePermit;
+
+impl Scheduler {
+    /// A scheduler starting at `concurrency` requests in flight, tuning itself up to `max`
+    /// unless `fixed`, with `memory` bytes for buffers.
+    pub fn new(concurrency: usize, max: usize, fixed: bool, memory: usize) -> Arc<Self> {
+        let memory = memory.clamp(1 << 20, Semaphore::MAX_PERMITS);
+        Arc::new(Self {
+            slots: Mutex::new(Slots {
+                in_flight: 0,
+                urgent: VecDeque::new(),
+                bulk: VecDeque::new(),
+                urgent_streak: 0,
+                tuner: Tuner::new(concurrency, max, fixed),
+            }),
+            memory: Arc::new(Semaphore::new(memory)),
+            memory_total: memory,
+            peak: AtomicUsize::new(0),
+        })
+    }
+
+    /// Waits for `bytes` of the memory budget (a block larger than the budget takes all of it).
+    pub async fn reserve(&self, bytes: u64) -> Memory {
+        let want = (bytes as usize)
+            .clamp(1, self.memory_total)
+            .min(u32::MAX as usize) as u32;
+        self.memory
+            .clone()
+            .acquire_many_owned(want)
+            .await
+            .expect("never closed")
+    }
+
+    /// Waits for a request slot in `class`.
+    pub async fn slot(self: &Arc<Self>, class: Class) -> Slot {
+        let rx = {
+            let mut s = self.slots.lock().unwrap();
+            let queued = !s.urgent.is_empty() || !s.bulk.is_empty();
+            if !queued && s.in_flight < s.tuner.limit() {
+                s.in_flight += 1;
+                self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
+                return Slot {
+                    sched: Some(self.clone()),
+                };
+            }
+            s.tuner.note_waiting();
+            let (tx, rx) = oneshot::channel();
+            match class {
+                Class::Urgent => s.urgent.push_back(tx),
+                Class::Bulk => s.bulk.push_back(tx),
+            }
+            rx
+        };
+        rx.await.expect("the scheduler outlives its waiters")
+    }
+
+    /// Feeds the tuner with bytes that finished; wakes waiters when the limit rose.
+    pub fn record(self: &Arc<Self>, bytes: u64) {
+        let grew = self
+            .slots
+            .lock()
+            .unwrap()
+            .tuner
+            .on_done(bytes, Instant::now());
+        if grew {
+            self.dispatch();
+        }
+    }
+
+    /// A transient failure: fewer requests in flight for a while.
+    pub fn record_error(&self) {
+        self.slots.lock().unwrap().tuner.on_error();
+    }
+
+    /// Current limit of requests in flight.
+    pub fn limit(&self) -> usize {
+        self.slots.lock().unwrap().tuner.limit()
+    }
+
+    /// Most requests that were ever in flight at once.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    fn release(self: &Arc<Self>) {
+        self.slots.lock().unwrap().in_flight -= 1;
+        self.dispatch();
+    }
+
+    /// Hands free slots to waiters, skipping those that gave up waiting.
+    fn dispatch(self: &Arc<Self>) {
+        loop {
+            let tx = {
+                let mut s = self.slots.lock().unwrap();
+                if s.in_flight >= s.tuner.limit() {
+                    return;
+                }
+                let Some(tx) = s.next_waiter() else { return };
+                s.in_flight += 1;
+                self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
+                tx
+            };
+            if let Err(mut slot) = tx.send(Slot {
+                sched: Some(self.clone()),
+            }) {
+                // The waiter was cancelled: take the slot back without recursing.
+                slot.sched = None;
+                self.slots.lock().unwrap().in_flight -= 1;
+            }
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(s) = self.sched.take() {
+            s.release();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn urgent_first_but_bulk_keeps_its_share() {
+        let s = Scheduler::new(1, 1, true, 1 << 20);
+        let first = s.slot(Class::Bulk).await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let class = if i < 4 { Class::Bulk } else { Class::Urgent };
+            let (s, order) = (s.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let _slot = s.slot(class).await;
+                order.lock().unwrap().push(class);
+            }));
+            tokio::task::yield_now().await;
+        }
+        drop(first);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        use Class::*;
+        assert_eq!(
+            order,
+            vec![Urgent, Urgent, Urgent, Bulk, Urgent, Bulk, Bulk, Bulk]
+        );
+    }
+
+    #[tokio::test]
+    async fn cancelled_waiters_do_not_leak_slots() {
+        let s = Scheduler::new(1, 1, true, 1 << 20);
+        let held = s.slot(Class::Bulk).await;
+        let waiter = tokio::spawn({
+            let s = s.clone();
+            async move { s.slot(Class::Urgent).await }
+        });
+        tokio::task::yield_now().await;
+        waiter.abort();
+        let _ = waiter.await;
+        drop(held);
+        let again =
+            tokio::time::timeout(std::time::Duration::from_secs(5), s.slot(Class::Bulk)).await;
+        assert!(again.is_ok(), "slot leaked by a cancelled waiter");
+    }
+}

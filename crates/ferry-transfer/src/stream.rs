@@ -1,0 +1,221 @@
+//! Streams of unknown length in (`pg_dump | ferry cp - s3://...`) and ordered streams out.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use ferry_store::{Error, Result, Upload};
+use futures::StreamExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::task::JoinSet;
+
+use crate::copy::{check, expected_digest, meta_with};
+use crate::{digest, md5_of, BlockPlan, Class, Engine, Progress, SharedStore};
+
+async fn read_block<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(len as usize);
+    while (buf.len() as u64) < len {
+        let n = r
+            .read_buf(&mut buf)
+            .await
+            .map_err(|e| Error::Permanent(format!("read input: {e}")))?;
+        if n == 0 {
+            break;
+        }
+    }
+    Ok(buf.freeze())
+}
+
+impl Engine {
+    /// Uploads everything `reader` yields to `key`, in blocks, without knowing the length in
+    /// advance; buffered bytes stay within the memory budget.
+    pub async fn upload<R: AsyncRead + Unpin>(
+        &self,
+        mut reader: R,
+        dst: &SharedStore,
+        key: &str,
+        class: Class,
+        progress: Arc<dyn Progress>,
+    ) -> Result<u64> {
+        let plan = BlockPlan::for_stream(dst.limits(), self.cfg.block_size);
+        let mem = self.sched.reserve(plan.block_len(0)).await;
+        let first = read_block(&mut reader, plan.block_len(0)).await?;
+        let mut next_mem = self.sched.reserve(plan.block_len(1)).await;
+        let mut next = if first.len() as u64 == plan.block_len(0) {
+            read_block(&mut reader, plan.block_len(1)).await?
+        } else {
+            Bytes::new()
+        };
+        if next.is_empty() {
+            drop(next_mem);
+            let size = first.len() as u64;
+            progress.add_total(size);
+            let got = digest::compose(&[md5_of(&first).await], true);
+            let meta = meta_with(plan, Some(&got));
+            let _slot = self.sched.slot(class).await;
+            self.retry(&format!("write {key}"), size, || {
+                dst.put(key, first.clone(), &meta)
+            })
+            .await?;
+            drop(mem);
+            progress.advance(size);
+            self.finished(size, plan, false);
+            return Ok(size);
+        }
+
+        let start_meta = meta_with(plan, None);
+        let what = format!("start upload of {key}");
+        let up = self
+            .retry(&what, 0, || dst.start_upload(key, &start_meta))
+            .await?;
+        let mut tasks = JoinSet::new();
+        let (mut idx, mut off) = (0usize, 0u64);
+        let mut block = (first, mem);
+        let result: Result<u64> = async {
+            loop {
+                let (data, mem) = block;
+                let len = data.len() as u64;
+                progress.add_total(len);
+                tasks.spawn(self.clone().send_block(
+                    dst.clone(),
+                    up.clone(),
+                    idx,
+                    off,
+                    data,
+                    mem,
+                    class,
+                    progress.clone(),
+                ));
+                idx += 1;
+                off += len;
+                while let Some(done) = tasks.try_join_next() {
+                    done.map_err(|e| Error::Permanent(format!("block task: {e}")))??;
+                }
+                if next.is_empty() {
+                    break;
+                }
+                let last = (next.len() as u64) < plan.block_len(idx as u64);
+                block = (std::mem::take(&mut next), next_mem);
+                if last {
+                    // The short block is the last one: send it without reading further.
+                    next_mem = self.sched.reserve(1).await;
+                    continue;
+                }
+                next_mem = self.sched.reserve(plan.block_len(idx as u64 + 1)).await;
+                next = read_block(&mut reader, plan.block_len(idx as u64 + 1)).await?;
+            }
+            Ok(off)
+        }
+        .await;
+        let mut parts = Vec::new();
+        let mut failed = result.err();
+        while let Some(done) = tasks.join_next().await {
+            match done
+                .map_err(|e| Error::Permanent(format!("block task: {e}")))
+                .and_then(|r| r)
+            {
+                Ok(p) => parts.push(p),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if let Some(e) = failed {
+            self.abort(dst, &up).await;
+            return Err(e);
+        }
+        parts.sort_by_key(|p| p.0);
+        let parts = parts.into_iter().map(|(_, id, md5)| (id, md5)).collect();
+        if let Err(e) = self.commit(dst, &up, parts, plan, None, key).await {
+            self.abort(dst, &up).await;
+            return Err(e);
+        }
+        self.finished(off, plan, false);
+        Ok(off)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn send_block(
+        self,
+        dst: SharedStore,
+        up: Upload,
+        idx: usize,
+        off: u64,
+        data: Bytes,
+        _mem: crate::scheduler::Memory,
+        class: Class,
+        progress: Arc<dyn Progress>,
+    ) -> Result<(usize, ferry_store::BlockId, [u8; 16])> {
+        let len = data.len() as u64;
+        let md5 = md5_of(&data).await;
+        let _slot = self.sched.slot(class).await;
+        let what = format!("write {} block {idx}", up.key);
+        let id = self
+            .retry(&what, len, || dst.put_block(&up, idx, off, data.clone()))
+            .await?;
+        self.sched.record(len);
+        progress.advance(len);
+        Ok((idx, id, md5))
+    }
+
+    /// Writes object `key` to `writer` in order, fetching blocks ahead in parallel; the content
+    /// is checked against the store's digest at the end, when the store vouches for one.
+    pub async fn download<W: AsyncWrite + Unpin>(
+        &self,
+        src: &SharedStore,
+        key: &str,
+        mut writer: W,
+        class: Class,
+        progress: &dyn Progress,
+    ) -> Result<u64> {
+        let info = self
+            .retry(&format!("head {key}"), 0, || src.head(key))
+            .await?;
+        progress.add_total(info.size);
+        let any = ferry_store::Limits {
+            min_block: 1,
+            max_block: u64::MAX,
+            max_blocks: u64::MAX,
+        };
+        let plan = match info
+            .meta
+            .get(ferry_store::META_BLOCKS)
+            .and_then(|p| BlockPlan::decode(p))
+        {
+            Some(p) if self.cfg.block_size.is_none() => p,
+            _ => BlockPlan::for_size(info.size, any, self.cfg.block_size),
+        };
+        let expect = expected_digest(src, &info, plan);
+        let blocks = plan.blocks(info.size);
+        let single = blocks.len() <= 1;
+        let mut fetched = futures::stream::iter(blocks)
+            .map(|(off, len)| async move {
+                let mem = self.sched.reserve(len).await;
+                let _slot = self.sched.slot(class).await;
+                let data = self
+                    .retry(&format!("read {key}"), len, || {
+                        src.get_range(key, off..off + len)
+                    })
+                    .await?;
+                self.sched.record(len);
+                Ok::<_, Error>((data, mem))
+            })
+            .buffered(1024);
+        let mut md5s = Vec::new();
+        let mut size = 0u64;
+        while let Some(block) = fetched.next().await {
+            let (data, _mem) = block?;
+            md5s.push(md5_of(&data).await);
+            writer
+                .write_all(&data)
+                .await
+                .map_err(|e| Error::Permanent(format!("write output: {e}")))?;
+            size += data.len() as u64;
+            progress.advance(data.len() as u64);
+        }
+        writer
+            .flush()
+            .await
+            .map_err(|e| Error::Permanent(format!("write output: {e}")))?;
+        check(expect.as_deref(), &digest::compose(&md5s, single), key)?;
+        self.finished(size, plan, expect.is_some());
+        Ok(size)
+    }
+}
