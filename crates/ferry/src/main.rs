@@ -1,1 +1,90 @@
-fn main() {}
+//! The `ferry` command: parses, wires, prints. The work is done by the library crates.
+
+mod cli;
+mod cmd;
+mod places;
+mod progress;
+mod settings;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Parser;
+use ferry_transfer::{Engine, Report};
+
+use cli::{Cli, Command};
+use places::Stores;
+use settings::Settings;
+
+/// How a command reports: a JSON summary on stdout, a bar on a terminal, or nothing.
+pub struct Output {
+    pub json: bool,
+    pub progress: bool,
+}
+
+impl Output {
+    /// Prints the closing summary: JSON with `--json`, one line on a terminal, else nothing.
+    pub fn summary(&self, r: &Report, started: Instant, failed: u64) -> Result<()> {
+        let secs = started.elapsed().as_secs_f64();
+        if self.json {
+            println!("{}", cmd::cp::summary_json(r, secs, failed));
+        } else if self.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprintln!(
+                "copied {} objects, {:.1} MB in {secs:.1}s ({:.1} MB/s, {} in flight at most, {} retries)",
+                r.objects,
+                r.bytes as f64 / 1e6,
+                r.bytes as f64 / 1e6 / secs.max(1e-9),
+                r.concurrency,
+                r.retries
+            );
+        }
+        Ok(())
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info,ferry=debug",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let settings = Settings::load(&cli.global)?;
+    let engine = Engine::new(settings.engine.clone());
+    let mut stores = Stores::new(settings);
+    let out = Output {
+        json: cli.global.json,
+        progress: !cli.global.quiet && !cli.global.json,
+    };
+    match &cli.command {
+        Command::Cp(args) => cmd::cp::run(args, &mut stores, &engine, &out).await,
+        Command::Ls(args) => cmd::ls::ls(&args.url, &mut stores, &out).await,
+        Command::Mkdir(args) => cmd::ls::mkdir(&args.url, &mut stores, &out).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.global.verbose);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("ferry: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

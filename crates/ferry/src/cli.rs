@@ -1,0 +1,101 @@
+//! Command-line syntax. Every setting here may also come from `FERRY_*` variables or
+//! `ferry.toml` (flags win, then the environment, then the file).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Move backups and PostgreSQL WAL into object storage, fast.
+#[derive(Debug, Parser)]
+#[command(name = "ferry", version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Settings shared by every command.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Config file [default: ./ferry.toml, then ~/.config/ferry/ferry.toml]
+    #[arg(long, global = true, env = "FERRY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print a JSON summary on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// More log output (repeat for more).
+    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Requests in flight; tuned from measured throughput when unset.
+    #[arg(long, global = true, env = "FERRY_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// Block size (e.g. 8MiB); chosen per object when unset.
+    #[arg(long, global = true, env = "FERRY_BLOCK_SIZE")]
+    pub block_size: Option<String>,
+    /// Bound on buffered bytes [default: 256MiB].
+    #[arg(long, global = true, env = "FERRY_MAX_MEMORY")]
+    pub max_memory: Option<String>,
+    /// Time a request may go without an answer before it is retried [default: 30s].
+    #[arg(long, global = true, env = "FERRY_TIMEOUT")]
+    pub timeout: Option<String>,
+    /// Attempts per request, the first included [default: 6].
+    #[arg(long, global = true, env = "FERRY_RETRIES")]
+    pub retries: Option<u32>,
+    /// S3 endpoint URL [default: AWS_ENDPOINT_URL, or AWS].
+    #[arg(long, global = true, env = "FERRY_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region [default: AWS_REGION, or us-east-1].
+    #[arg(long, global = true, env = "FERRY_S3_REGION")]
+    pub s3_region: Option<String>,
+    /// Azure connection string [default: AZURE_STORAGE_CONNECTION_STRING].
+    #[arg(
+        long,
+        global = true,
+        env = "FERRY_AZURE_CONNECTION_STRING",
+        hide_env_values = true
+    )]
+    pub azure_connection_string: Option<String>,
+    /// Extra trusted CA certificates (PEM) [default: AWS_CA_BUNDLE or SSL_CERT_FILE].
+    #[arg(long, global = true, env = "FERRY_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Copy files, streams and objects: local paths, - (stdin/stdout), s3://bucket/key, az://container/blob.
+    Cp(CpArgs),
+    /// List objects with their sizes.
+    Ls(LsArgs),
+    /// Create a bucket (s3://bucket), container (az://container) or directory.
+    Mkdir(MkdirArgs),
+}
+
+/// `ferry cp`.
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// Copy directories and prefixes recursively.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Sources, then the destination.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    pub paths: Vec<String>,
+}
+
+/// `ferry ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// What to list.
+    pub url: String,
+}
+
+/// `ferry mkdir`.
+#[derive(Debug, Args)]
+pub struct MkdirArgs {
+    /// What to create.
+    pub url: String,
+}

@@ -1,0 +1,221 @@
+//! `ferry cp`: files, trees, streams and objects, any side to any side.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use ferry_store::{Error, Scheme};
+use ferry_transfer::{Class, Engine, Progress, Report};
+use futures::StreamExt;
+
+use crate::cli::CpArgs;
+use crate::places::{base_name, join, Place, Stores};
+use crate::progress::Bar;
+use crate::Output;
+
+/// Objects copied at once; the scheduler, not this number, bounds requests in flight, so it
+/// only needs to be large enough to keep the scheduler fed with small files.
+const FILES_AT_ONCE: usize = 256;
+
+/// One object to copy.
+struct Job {
+    src: Place,
+    src_key: String,
+    dst: Place,
+    dst_key: String,
+}
+
+pub async fn run(args: &CpArgs, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {
+    let (dst_raw, srcs) = args.paths.split_last().expect("clap requires two paths");
+    let dst = stores.open(dst_raw)?;
+    let many = srcs.len() > 1 || args.recursive;
+    let bar = Arc::new(Bar::new(out.progress));
+    let started = Instant::now();
+
+    if srcs.iter().any(|s| s == "-") || dst.loc.scheme == Scheme::Stdio {
+        if srcs.len() != 1 || args.recursive {
+            bail!("'-' copies exactly one stream: give one source and one destination");
+        }
+        let src = stores.open(&srcs[0])?;
+        stream(&src, &dst, engine, bar.clone()).await?;
+        bar.finish();
+        return out.summary(&engine.report(), started, 0);
+    }
+
+    let mut jobs = Vec::new();
+    for raw in srcs {
+        let src = stores.open(raw)?;
+        plan(&src, &dst, many, args.recursive, &mut jobs).await?;
+    }
+    let failed = copy_all(jobs, engine, &bar).await;
+    bar.finish();
+    out.summary(&engine.report(), started, failed)?;
+    if failed > 0 {
+        bail!(
+            "{failed} of {} objects failed (see above)",
+            engine.report().objects + failed
+        );
+    }
+    Ok(())
+}
+
+async fn stream(src: &Place, dst: &Place, engine: &Engine, bar: Arc<Bar>) -> Result<()> {
+    match (src.loc.scheme, dst.loc.scheme) {
+        (Scheme::Stdio, Scheme::Stdio) => bail!("copying stdin to stdout: use cat"),
+        (Scheme::Stdio, _) => {
+            let key = single_dst_key(dst, None)?;
+            engine
+                .upload(tokio::io::stdin(), &dst.store, &key, Class::Bulk, bar)
+                .await?;
+        }
+        (_, Scheme::Stdio) => {
+            if src.dir_hint || src.key.is_empty() {
+                bail!("{}: names a directory or prefix, not one object", src.loc);
+            }
+            engine
+                .download(
+                    &src.store,
+                    &src.key,
+                    tokio::io::stdout(),
+                    Class::Bulk,
+                    &*bar,
+                )
+                .await?;
+        }
+        _ => unreachable!("one side is a stream"),
+    }
+    Ok(())
+}
+
+/// Where a single object goes: `dst` itself, or `dst/NAME` when `dst` is a directory or prefix.
+fn single_dst_key(dst: &Place, name: Option<&str>) -> Result<String> {
+    let is_dir = dst.dir_hint
+        || (dst.loc.is_remote() && dst.key.is_empty())
+        || (dst.loc.scheme == Scheme::Local && dst.path().is_dir());
+    let key = match (is_dir, name) {
+        (false, _) => dst.key.clone(),
+        (true, Some(n)) => join(&dst.key, n),
+        (true, None) => bail!(
+            "{}: is a directory or prefix; name the object to write",
+            dst.loc
+        ),
+    };
+    if dst.loc.scheme == Scheme::Local && std::path::Path::new("/").join(&key).is_dir() {
+        bail!("/{key}: destination exists as a directory");
+    }
+    Ok(key)
+}
+
+/// Adds the objects `src` names to `jobs`.
+async fn plan(
+    src: &Place,
+    dst: &Place,
+    many: bool,
+    recursive: bool,
+    jobs: &mut Vec<Job>,
+) -> Result<()> {
+    let is_prefix = match src.loc.scheme {
+        Scheme::Local => {
+            let path = src.path();
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => true,
+                Ok(_) => false,
+                Err(e) => bail!("{}: {e}", path.display()),
+            }
+        }
+        _ if src.key.is_empty() || src.dir_hint => true,
+        _ => match src.store.head(&src.key).await {
+            Ok(_) => false,
+            Err(Error::NotFound(_)) if recursive => true,
+            Err(Error::NotFound(_)) => {
+                bail!("{}: no such object (use -r to copy a prefix)", src.loc)
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    if !is_prefix {
+        let name = base_name(&src.key);
+        let dst_key = if many {
+            join(&dst.key, name)
+        } else {
+            single_dst_key(dst, Some(name))?
+        };
+        jobs.push(Job {
+            src: src.clone(),
+            src_key: src.key.clone(),
+            dst: dst.clone(),
+            dst_key,
+        });
+        return Ok(());
+    }
+    if !recursive {
+        bail!("{}: is a directory or prefix (use -r)", src.loc);
+    }
+    let prefix = if src.key.is_empty() {
+        String::new()
+    } else {
+        format!("{}/", src.key)
+    };
+    let listed = src.store.list(&prefix).await?;
+    if listed.is_empty() && src.loc.is_remote() {
+        bail!("{}: nothing under this prefix", src.loc);
+    }
+    for obj in listed {
+        let rel = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
+        jobs.push(Job {
+            src: src.clone(),
+            src_key: obj.key.clone(),
+            dst: dst.clone(),
+            dst_key: join(&dst.key, rel),
+        });
+    }
+    Ok(())
+}
+
+/// Copies every job, many at once; a failed object is reported and the rest go on.
+async fn copy_all(jobs: Vec<Job>, engine: &Engine, bar: &Arc<Bar>) -> u64 {
+    let progress: &dyn Progress = &**bar;
+    let results = futures::stream::iter(jobs)
+        .map(|j| async move {
+            let r = engine
+                .copy(
+                    &j.src.store,
+                    &j.src_key,
+                    &j.dst.store,
+                    &j.dst_key,
+                    Class::Bulk,
+                    progress,
+                )
+                .await;
+            (j, r)
+        })
+        .buffer_unordered(FILES_AT_ONCE);
+    futures::pin_mut!(results);
+    let mut failed = 0;
+    while let Some((j, r)) = results.next().await {
+        if let Err(e) = r {
+            failed += 1;
+            bar.println(&format!(
+                "ferry: error: {} -> {}: {e}",
+                j.src.show(&j.src_key),
+                j.dst.show(&j.dst_key)
+            ));
+        }
+    }
+    failed
+}
+
+/// The numbers `--json` prints.
+pub fn summary_json(r: &Report, seconds: f64, failed: u64) -> serde_json::Value {
+    serde_json::json!({
+        "objects": r.objects,
+        "failed": failed,
+        "bytes": r.bytes,
+        "seconds": seconds,
+        "mb_per_s": r.bytes as f64 / 1e6 / seconds.max(1e-9),
+        "block_size": r.block_size,
+        "concurrency": r.concurrency,
+        "retries": r.retries,
+        "verified": r.verified,
+    })
+}

@@ -1,0 +1,53 @@
+//! `ferry ls` and `ferry mkdir`.
+
+use anyhow::Result;
+use ferry_store::Scheme;
+
+use crate::places::Stores;
+use crate::Output;
+
+pub async fn ls(url: &str, stores: &mut Stores, out: &Output) -> Result<()> {
+    let place = stores.open(url)?;
+    if place.loc.scheme == Scheme::Stdio {
+        anyhow::bail!("'-' cannot be listed");
+    }
+    let prefix = place.key.clone();
+    let objects = place.store.list(&prefix).await?;
+    if out.json {
+        let v: Vec<_> = objects
+            .iter()
+            .map(|o| serde_json::json!({"key": place.show(&o.key), "size": o.size}))
+            .collect();
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        for o in &objects {
+            println!("{:>14}  {}", o.size, place.show(&o.key));
+        }
+    }
+    Ok(())
+}
+
+pub async fn mkdir(url: &str, stores: &mut Stores, out: &Output) -> Result<()> {
+    let place = stores.open(url)?;
+    let created = match place.loc.scheme {
+        Scheme::Stdio => anyhow::bail!("'-' is not a place to create"),
+        Scheme::Local => std::fs::create_dir_all(place.path()).map(|_| true)?,
+        _ if !place.key.is_empty() => {
+            anyhow::bail!(
+                "{}: mkdir creates a bucket or container; prefixes need no creation",
+                place.loc
+            )
+        }
+        _ => match place.store.create_root().await {
+            Ok(()) => true,
+            Err(ferry_store::Error::AlreadyExists(_)) => false,
+            Err(e) => return Err(e.into()),
+        },
+    };
+    if out.json {
+        println!("{}", serde_json::json!({"url": url, "created": created}));
+    } else if !created {
+        eprintln!("{url} already exists");
+    }
+    Ok(())
+}

@@ -1,0 +1,128 @@
+//! Turning command-line locations into stores and keys.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use ferry_store::cloud::CloudStore;
+use ferry_store::local::LocalStore;
+use ferry_store::{Location, Scheme};
+use ferry_transfer::SharedStore;
+
+use crate::settings::Settings;
+
+/// A location opened: the store it lives in and the key inside it.
+#[derive(Debug, Clone)]
+pub struct Place {
+    pub loc: Location,
+    pub store: SharedStore,
+    /// Key in `store`; for local paths, the absolute path without its leading `/`.
+    pub key: String,
+    /// The user wrote a trailing `/`: a directory or prefix is meant.
+    pub dir_hint: bool,
+}
+
+impl Place {
+    /// The local path of a local place.
+    pub fn path(&self) -> PathBuf {
+        Path::new("/").join(&self.key)
+    }
+
+    /// Shows the place as the user would write it.
+    pub fn show(&self, key: &str) -> String {
+        match self.loc.scheme {
+            Scheme::Local => format!("/{key}"),
+            _ => format!("{}/{key}", self.store.url()),
+        }
+    }
+}
+
+/// Opens stores once per bucket, so that one connection pool serves every object.
+pub struct Stores {
+    settings: Settings,
+    cache: HashMap<(String, String), SharedStore>,
+}
+
+impl Stores {
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            cache: HashMap::new(),
+        }
+    }
+
+    pub fn open(&mut self, raw: &str) -> Result<Place> {
+        let loc = Location::parse(raw)?;
+        let dir_hint = raw.ends_with('/');
+        let (store, key): (SharedStore, String) = match loc.scheme {
+            Scheme::Stdio => (Arc::new(LocalStore::new("/")), String::new()),
+            Scheme::Local => {
+                let abs = std::path::absolute(&loc.key)
+                    .with_context(|| format!("bad path '{}'", loc.key))?;
+                let key = abs
+                    .to_string_lossy()
+                    .trim_start_matches('/')
+                    .trim_end_matches('/')
+                    .to_string();
+                (
+                    self.cached(&loc, || Ok(Arc::new(LocalStore::new("/"))))?,
+                    key,
+                )
+            }
+            Scheme::S3 => {
+                let cfg = self.settings.s3.clone();
+                let bucket = loc.bucket.clone();
+                (
+                    self.cached(&loc, || Ok(Arc::new(CloudStore::s3(&cfg, &bucket)?)))?,
+                    loc.key.clone(),
+                )
+            }
+            Scheme::Azure => {
+                let cfg = self.settings.azure.clone();
+                let bucket = loc.bucket.clone();
+                (
+                    self.cached(&loc, || Ok(Arc::new(CloudStore::azure(&cfg, &bucket)?)))?,
+                    loc.key.clone(),
+                )
+            }
+        };
+        if loc.is_remote() && key.split('/').any(|p| p == "." || p == "..") {
+            bail!("'{raw}': object keys may not contain . or .. segments");
+        }
+        Ok(Place {
+            loc,
+            store,
+            key,
+            dir_hint,
+        })
+    }
+
+    fn cached(
+        &mut self,
+        loc: &Location,
+        make: impl FnOnce() -> Result<SharedStore>,
+    ) -> Result<SharedStore> {
+        let id = (format!("{:?}", loc.scheme), loc.bucket.clone());
+        if let Some(s) = self.cache.get(&id) {
+            return Ok(s.clone());
+        }
+        let s = make()?;
+        self.cache.insert(id, s.clone());
+        Ok(s)
+    }
+}
+
+/// `prefix/rel`, without doubled or leading slashes.
+pub fn join(prefix: &str, rel: &str) -> String {
+    match (prefix.trim_end_matches('/'), rel.trim_start_matches('/')) {
+        ("", r) => r.to_string(),
+        (p, "") => p.to_string(),
+        (p, r) => format!("{p}/{r}"),
+    }
+}
+
+/// The last segment of a key.
+pub fn base_name(key: &str) -> &str {
+    key.trim_end_matches('/').rsplit('/').next().unwrap_or(key)
+}

@@ -1,0 +1,177 @@
+//! Settings merged from flags, `FERRY_*` variables, `ferry.toml` and each cloud's own
+//! variables, in that order of precedence.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use ferry_store::cloud::{AzureConfig, S3Config};
+use ferry_transfer::{EngineConfig, RetryPolicy};
+use serde::Deserialize;
+
+use crate::cli::Global;
+
+/// The `ferry.toml` file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    concurrency: Option<usize>,
+    block_size: Option<String>,
+    max_memory: Option<String>,
+    timeout: Option<String>,
+    retries: Option<u32>,
+    ca_cert: Option<PathBuf>,
+    #[serde(default)]
+    s3: S3File,
+    #[serde(default)]
+    azure: AzureFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct S3File {
+    endpoint: Option<String>,
+    region: Option<String>,
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AzureFile {
+    connection_string: Option<String>,
+    account: Option<String>,
+    key: Option<String>,
+    endpoint: Option<String>,
+}
+
+/// Everything a command needs to open stores and run the engine.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub engine: EngineConfig,
+    pub s3: S3Config,
+    pub azure: AzureConfig,
+}
+
+fn load_file(explicit: Option<&Path>) -> Result<File> {
+    let candidates: Vec<PathBuf> = match explicit {
+        Some(p) => vec![p.to_path_buf()],
+        None => {
+            let mut v = vec![PathBuf::from("ferry.toml")];
+            if let Some(home) = std::env::var_os("HOME") {
+                v.push(Path::new(&home).join(".config/ferry/ferry.toml"));
+            }
+            v
+        }
+    };
+    for path in candidates {
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                return toml::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => continue,
+            Err(e) => bail!("config {}: {e}", path.display()),
+        }
+    }
+    Ok(File::default())
+}
+
+/// Parses `8MiB`, `8M` (binary), `8MB` (decimal) or a plain byte count.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().with_context(|| format!("bad size '{s}'"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => bail!("bad size '{s}': use e.g. 8MiB, 8M or 8000000"),
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+fn parse_duration(s: &str) -> Result<Duration> {
+    humantime::parse_duration(s.trim()).with_context(|| format!("bad duration '{s}': use e.g. 30s"))
+}
+
+impl Settings {
+    pub fn load(g: &Global) -> Result<Self> {
+        let file = load_file(g.config.as_deref())?;
+        let size = |flag: &Option<String>, file: &Option<String>| -> Result<Option<u64>> {
+            flag.as_ref()
+                .or(file.as_ref())
+                .map(|s| parse_size(s))
+                .transpose()
+        };
+        let mut retry = RetryPolicy::default();
+        if let Some(t) = g.timeout.as_ref().or(file.timeout.as_ref()) {
+            retry.timeout = parse_duration(t)?;
+        }
+        if let Some(n) = g.retries.or(file.retries) {
+            retry.attempts = n.max(1);
+        }
+        let block_size = size(&g.block_size, &file.block_size)?;
+        if block_size == Some(0) {
+            bail!("block size must be more than 0");
+        }
+        let concurrency = g.concurrency.or(file.concurrency);
+        if concurrency == Some(0) {
+            bail!("concurrency must be at least 1");
+        }
+        let engine = EngineConfig {
+            concurrency,
+            block_size,
+            max_memory: size(&g.max_memory, &file.max_memory)?.unwrap_or(256 << 20),
+            retry,
+        };
+
+        let ca_cert = g.ca_cert.clone().or(file.ca_cert);
+        let mut s3 = S3Config::from_env();
+        let f = file.s3;
+        s3.endpoint = g.s3_endpoint.clone().or(f.endpoint).or(s3.endpoint);
+        s3.region = g.s3_region.clone().or(f.region).or(s3.region);
+        s3.access_key_id = f.access_key_id.or(s3.access_key_id);
+        s3.secret_access_key = f.secret_access_key.or(s3.secret_access_key);
+        s3.ca_cert = ca_cert.clone().or(s3.ca_cert);
+
+        let f = file.azure;
+        let mut azure = match g
+            .azure_connection_string
+            .as_ref()
+            .or(f.connection_string.as_ref())
+        {
+            Some(cs) => AzureConfig::from_connection_string(cs),
+            None => AzureConfig::from_env(),
+        };
+        azure.account = f.account.or(azure.account);
+        azure.key = f.key.or(azure.key);
+        azure.endpoint = f.endpoint.or(azure.endpoint);
+        azure.ca_cert = ca_cert.or(azure.ca_cert);
+        Ok(Self { engine, s3, azure })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8MiB").unwrap(), 8 << 20);
+        assert_eq!(parse_size("8M").unwrap(), 8 << 20);
+        assert_eq!(parse_size("8MB").unwrap(), 8_000_000);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("8 parsecs").is_err());
+    }
+}
