@@ -50,15 +50,16 @@ impl Error {
 impl From<object_store::Error> for Error {
     fn from(e: object_store::Error) -> Self {
         use object_store::Error as E;
+        let msg = concise(&one_line(&e));
         match &e {
-            E::NotFound { path, .. } => Error::NotFound(path.clone()),
-            E::AlreadyExists { path, .. } => Error::AlreadyExists(path.clone()),
-            E::PermissionDenied { .. } | E::Unauthenticated { .. } => Error::Denied(one_line(&e)),
+            E::NotFound { .. } => Error::NotFound(msg),
+            E::AlreadyExists { .. } => Error::AlreadyExists(msg),
+            E::PermissionDenied { .. } | E::Unauthenticated { .. } => Error::Denied(msg),
             E::InvalidPath { .. } | E::NotSupported { .. } | E::NotImplemented { .. } => {
-                Error::Invalid(one_line(&e))
+                Error::Invalid(msg)
             }
-            E::Precondition { .. } | E::NotModified { .. } => Error::Permanent(one_line(&e)),
-            _ => classify_generic(one_line(&e)),
+            E::Precondition { .. } | E::NotModified { .. } => Error::Permanent(msg),
+            _ => classify_generic(msg),
         }
     }
 }
@@ -80,6 +81,36 @@ fn classify_generic(msg: String) -> Error {
         Error::Permanent(msg)
     } else {
         Error::Transient(msg)
+    }
+}
+
+/// The part of an HTTP error a person needs: the status, the service's code and message;
+/// object_store's text carries the whole request and response body.
+fn concise(full: &str) -> String {
+    let between = |a: &str, b: &str| {
+        full.split(a)
+            .nth(1)
+            .and_then(|s| s.split(b).next())
+            .map(|s| s.trim().to_string())
+    };
+    let status = between("status code: ", ":").or_else(|| between("status code: ", " "));
+    let code = between("<Code>", "</Code>");
+    let message = between("<Message>", "</Message>")
+        .map(|m| m.split(" RequestId:").next().unwrap_or(&m).to_string());
+    match (status, code, message) {
+        (Some(s), Some(c), Some(m)) => format!("{s} {c}: {m}"),
+        (Some(s), Some(c), None) => format!("{s} {c}"),
+        (Some(s), None, _) => {
+            let what = full
+                .split(" in ")
+                .next()
+                .unwrap_or("")
+                .rsplit(": ")
+                .next()
+                .unwrap_or("");
+            format!("{s} ({what})")
+        }
+        _ => full.chars().take(300).collect(),
     }
 }
 

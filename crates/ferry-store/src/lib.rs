@@ -21,13 +21,14 @@ use bytes::Bytes;
 pub use error::{Error, Result};
 pub use location::{Location, Scheme};
 
-/// User metadata stored with an object (keys without any backend prefix).
+/// User metadata stored with an object (keys without any backend prefix; C# identifiers,
+/// as Azure requires).
 pub type Meta = BTreeMap<String, String>;
 
 /// Metadata key under which ferry records the block plan an object was written with.
-pub const META_BLOCKS: &str = "ferry-blocks";
+pub const META_BLOCKS: &str = "ferry_blocks";
 /// Metadata key under which ferry records the object's block digest where the store keeps none.
-pub const META_DIGEST: &str = "ferry-md5";
+pub const META_DIGEST: &str = "ferry_md5";
 
 /// What the store says about one object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! How an object is cut into blocks.
 //!
-//! A plan is recorded with each object ferry writes (`ferry-blocks` metadata), so that a later
+//! A plan is recorded with each object ferry writes (`ferry_blocks` metadata), so that a later
 //! download can read the same blocks and check them against the store's digest.
 
 use ferry_store::Limits;

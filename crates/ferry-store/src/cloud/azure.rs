@@ -99,7 +99,7 @@ impl AzureWriter {
 
     fn meta_headers(meta: &Meta) -> Vec<(String, String)> {
         meta.iter()
-            .map(|(k, v)| (format!("x-ms-meta-{}", k.replace('-', "_")), v.clone()))
+            .map(|(k, v)| (format!("x-ms-meta-{k}"), v.clone()))
             .collect()
     }
 

@@ -47,6 +47,28 @@ pub async fn run(args: &CpArgs, stores: &mut Stores, engine: &Engine, out: &Outp
         let src = stores.open(raw)?;
         plan(&src, &dst, many, args.recursive, &mut jobs).await?;
     }
+    if let [job] = &jobs[..] {
+        // One object: its error is the command's error, on one line.
+        let r = engine
+            .copy(
+                &job.src.store,
+                &job.src_key,
+                &job.dst.store,
+                &job.dst_key,
+                Class::Bulk,
+                &*bar,
+            )
+            .await;
+        bar.finish();
+        r.map_err(|e| {
+            anyhow::anyhow!(
+                "{} -> {}: {e}",
+                job.src.show(&job.src_key),
+                job.dst.show(&job.dst_key)
+            )
+        })?;
+        return out.summary(&engine.report(), started, 0);
+    }
     let failed = copy_all(jobs, engine, &bar).await;
     bar.finish();
     out.summary(&engine.report(), started, failed)?;

@@ -1,0 +1,116 @@
+# Sourced by bench/*.sh: an emulated WAN on loopback inside netns $NS.
+#
+#   client --lo(tbf: aggregate cap)--> toxiproxy :9000 (per-conn rate + latency) --lo--> MinIO :9100
+#                                      toxiproxy :9001 (same toxics)             --lo--> linkcap.py :9101
+#
+# Link profile: PROFILE=wan (RTT 80 ms, 8 MB/s per TCP connection, 100 MB/s aggregate),
+# or set RTT_MS / CONN_MBPS / AGG_MBPS yourself (they override the profile). 1 MB = 10^6 bytes.
+# Needs root (netns, tc). Everything lives under $BENCH_DIR and dies in link_down.
+
+case ${PROFILE:=wan} in
+  wan) : "${RTT_MS:=80}" "${CONN_MBPS:=8}" "${AGG_MBPS:=100}" ;;
+  lan) : "${RTT_MS:=1}" "${CONN_MBPS:=100}" "${AGG_MBPS:=1000}" ;;
+  far) : "${RTT_MS:=250}" "${CONN_MBPS:=2}" "${AGG_MBPS:=50}" ;;
+  custom) : "${RTT_MS:?}" "${CONN_MBPS:?}" "${AGG_MBPS:?}" ;;
+  *) echo "unknown PROFILE=$PROFILE (wan|lan|far|custom)" >&2; return 2 ;;
+esac
+NS=${NS:-ferrybench}
+TOOLS=${FERRY_TOOLS:-$HOME/.cache/ferry/bin}
+BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# tbf: burst must hold at least one loopback GSO packet (lo MTU 64 KiB) or tbf drops it;
+# latency bounds the queue (extra delay and TCP drops under load). Measured: see README.md.
+TBF_BURST=${TBF_BURST:-1m}
+TBF_LATENCY=${TBF_LATENCY:-5ms}
+
+nsx() { ip netns exec "$NS" "$@"; }
+tox() { nsx curl -fsS -o /dev/null -X "$1" "http://127.0.0.1:8474$2" ${3:+-d "$3"}; } # toxiproxy API
+
+# Pick a scratch dir with room for $1 GiB: tmpfs first so disk speed never bottlenecks.
+bench_dir() {
+  local need_kb=$(( $1 * 1024 * 1024 )) d
+  for d in /dev/shm /tmp; do
+    if [ "$(df -Pk "$d" | awk 'NR==2{print $4}')" -gt "$need_kb" ]; then echo "$d/$NS"; return; fi
+  done
+  echo "bench_dir: need $1 GiB free in /dev/shm or /tmp" >&2; return 1
+}
+
+wait_http() { # url: up to 30 s for a server to answer
+  local i; for i in $(seq 300); do nsx curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "timeout waiting for $1" >&2; return 1
+}
+
+shape_lo() {
+  # Loopback carries every byte twice (client->toxiproxy and toxiproxy->MinIO) and both
+  # directions share lo's one egress queue, so a plain root tbf would cap payload at half
+  # of AGG and couple up/down. Instead: htb root only to classify (unclassified traffic,
+  # i.e. the toxiproxy->MinIO hop, bypasses shaping: htb "default 0" = direct), one tbf per
+  # direction on the client-facing ports 9000/9001. (No prio qdisc in this kernel.)
+  local rate=$(( AGG_MBPS * 8 ))mbit port
+  nsx tc qdisc add dev lo root handle 1: htb
+  nsx tc class add dev lo parent 1: classid 1:1 htb rate 100gbit   # up: client -> proxy
+  nsx tc class add dev lo parent 1: classid 1:2 htb rate 100gbit   # down: proxy -> client
+  nsx tc qdisc add dev lo parent 1:1 handle 10: tbf rate "$rate" burst "$TBF_BURST" latency "$TBF_LATENCY"
+  nsx tc qdisc add dev lo parent 1:2 handle 20: tbf rate "$rate" burst "$TBF_BURST" latency "$TBF_LATENCY"
+  for port in 9000 9001; do
+    nsx tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip dport $port 0xffff flowid 1:1
+    nsx tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip sport $port 0xffff flowid 1:2
+  done
+}
+
+add_proxy() { # name listen upstream
+  local kb; kb=$(awk "BEGIN{print int($CONN_MBPS*1000)}") # bandwidth toxic: KB/s, KB = 1000 B
+  tox POST /proxies "{\"name\":\"$1\",\"listen\":\"$2\",\"upstream\":\"$3\"}"
+  # The latency toxic delays each chunk in ONE direction, so a request/response round trip
+  # pays upstream + downstream: split RTT across both. Bandwidth goes first in each chain:
+  # it has no buffer, so the sender feels backpressure at CONN rate; the latency toxic
+  # behind it buffers 1024 chunks (only ~RTT/2 worth at that rate). The other order lets
+  # toxiproxy swallow up to 32 MB per connection instantly, hiding client buffering.
+  local s l
+  for s in upstream downstream; do
+    [ $s = upstream ] && l=$(( RTT_MS / 2 )) || l=$(( RTT_MS - RTT_MS / 2 ))
+    tox POST "/proxies/$1/toxics" "{\"name\":\"bw_$s\",\"type\":\"bandwidth\",\"stream\":\"$s\",\"attributes\":{\"rate\":$kb}}"
+    tox POST "/proxies/$1/toxics" "{\"name\":\"lat_$s\",\"type\":\"latency\",\"stream\":\"$s\",\"attributes\":{\"latency\":$l}}"
+  done
+}
+
+link_up() { # [GiB of scratch space wanted]
+  link_down 2>/dev/null || true
+  BENCH_DIR=${BENCH_DIR:-$(bench_dir "${1:-4}")}
+  mkdir -p "$BENCH_DIR/minio" "$BENCH_DIR/work"
+  ip netns add "$NS"
+  nsx ip link set lo up
+  shape_lo
+  MINIO_ROOT_USER=minioadmin MINIO_ROOT_PASSWORD=minioadmin MINIO_UPDATE=off MINIO_BROWSER=off \
+    nsx "$TOOLS/minio" server --quiet --address 127.0.0.1:9100 "$BENCH_DIR/minio" >"$BENCH_DIR/minio.log" 2>&1 &
+  echo $! >"$BENCH_DIR/minio.pid"   # ip netns exec execs, so $! is the server itself
+  nsx "$TOOLS/toxiproxy-server" -host 127.0.0.1 -port 8474 >"$BENCH_DIR/toxiproxy.log" 2>&1 &
+  echo $! >"$BENCH_DIR/toxiproxy.pid"
+  wait_http http://127.0.0.1:8474/version
+  wait_http http://127.0.0.1:9100/minio/health/live
+  add_proxy s3 127.0.0.1:9000 127.0.0.1:9100
+  add_proxy raw 127.0.0.1:9001 127.0.0.1:9101
+  echo "link up: ns $NS, PROFILE=$PROFILE RTT ${RTT_MS}ms, ${CONN_MBPS} MB/s/conn, ${AGG_MBPS} MB/s aggregate;" \
+       "tbf burst $TBF_BURST latency $TBF_LATENCY; S3 via 127.0.0.1:9000; scratch $BENCH_DIR" >&2
+}
+
+link_down() {
+  local d=${BENCH_DIR:-} p
+  [ -n "$d" ] || d=$(ls -d /dev/shm/"$NS" /tmp/"$NS" 2>/dev/null | head -1) || true
+  for p in "$d"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
+  # Anything else still in the namespace was started by the bench too (clients in flight).
+  if ip netns list | grep -qw "$NS"; then
+    for p in $(ip netns pids "$NS"); do kill "$p" 2>/dev/null; done
+    sleep 0.5
+    for p in $(ip netns pids "$NS"); do kill -9 "$p" 2>/dev/null; done
+    ip netns del "$NS"
+  fi
+  [[ $d == */"$NS" ]] && rm -rf "$d"   # only ever our own scratch dir
+  return 0
+}
+
+# Link limit as seen by N parallel streams, per direction (MB/s), and one stream's rate.
+measure_link() { # secs streams
+  LINK_UP=$(nsx python3 "$BENCH/linkcap.py" up --secs "${1:-8}" --streams "${2:-32}")
+  LINK_DOWN=$(nsx python3 "$BENCH/linkcap.py" down --secs "${1:-8}" --streams "${2:-32}")
+  LINK_RTT=$(nsx python3 "$BENCH/linkcap.py" rtt)
+}
