@@ -66,6 +66,15 @@ impl CloudStore {
         })
     }
 
+    /// Keys under `prefix` with a multipart upload still open (S3); Azure keeps uncommitted
+    /// blocks invisible and expires them on its own, so it has none to show.
+    pub async fn pending_uploads(&self, prefix: &str) -> Result<Vec<String>> {
+        match &self.flavor {
+            Flavor::S3(extra) => extra.pending_uploads(&self.bucket, prefix).await,
+            Flavor::Azure(_) => Ok(Vec::new()),
+        }
+    }
+
     fn multipart(&self) -> &object_store::aws::AmazonS3 {
         self.s3.as_deref().expect("S3 multipart on an S3 store")
     }

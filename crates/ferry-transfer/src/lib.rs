@@ -180,4 +180,4 @@ async fn md5_of(data: &bytes::Bytes) -> [u8; 16] {
 }
 
 /// Time allowed to abort an upload after a failure.
-const ABORT_TIMEOUT: Duration = Duration::from_secs(30);
+const ABORT_TIMEOUT: Duration = Duration::from_secs(60);

@@ -23,7 +23,7 @@ pub struct RetryPolicy {
 }
 
 /// Slowest transfer rate a request may crawl at before it counts as stalled.
-const FLOOR_RATE: u64 = 256 << 10;
+const FLOOR_RATE: u64 = 1 << 20;
 
 impl Default for RetryPolicy {
     fn default() -> Self {

@@ -154,15 +154,21 @@ impl AzureWriter {
 
 /// Sends a signed request and maps the status to what the caller can do about it.
 pub(super) async fn send(http: &HttpClient, req: HttpRequest, what: &str) -> Result<()> {
+    send_for_body(http, req, what).await.map(drop)
+}
+
+/// [`send`], returning the response body.
+pub(super) async fn send_for_body(http: &HttpClient, req: HttpRequest, what: &str) -> Result<Bytes> {
     let resp = http
         .execute(req)
         .await
         .map_err(|e| Error::Transient(format!("{what}: {}", one_line(&e))))?;
     let status = resp.status();
+    let body = resp.into_body().bytes().await;
     if status.is_success() {
-        return Ok(());
+        return body.map_err(|e| Error::Transient(format!("{what}: {}", one_line(&e))));
     }
-    let body = resp.into_body().bytes().await.unwrap_or_default();
+    let body = body.unwrap_or_default();
     let text = String::from_utf8_lossy(&body);
     let code = text
         .split("<Code>")

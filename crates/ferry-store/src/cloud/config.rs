@@ -138,6 +138,28 @@ pub(super) struct S3Extra {
 }
 
 impl S3Extra {
+    /// Keys of multipart uploads started and neither completed nor aborted.
+    pub(super) async fn pending_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
+        let mut url = url::Url::parse(&format!("{}/{bucket}", self.endpoint.trim_end_matches('/')))
+            .map_err(|e| Error::Invalid(format!("bucket URL: {e}")))?;
+        url.query_pairs_mut().append_pair("prefix", prefix).append_key_only("uploads");
+        let mut req = http::Request::builder()
+            .method(http::Method::GET)
+            .uri(url.as_str())
+            .body(HttpRequestBody::empty())
+            .map_err(|e| Error::Invalid(format!("list uploads: {e}")))?;
+        AwsAuthorizer::new(&self.credential, "s3", &self.region)
+            .try_authorize(&mut req, None)
+            .map_err(Error::from)?;
+        let body = super::azure::send_for_body(&self.http, req, "list multipart uploads").await?;
+        let text = String::from_utf8_lossy(&body);
+        Ok(text
+            .split("<Upload>")
+            .skip(1)
+            .filter_map(|u| u.split("<Key>").nth(1)?.split("</Key>").next().map(str::to_string))
+            .collect())
+    }
+
     pub(super) async fn create_bucket(&self, bucket: &str) -> Result<()> {
         let url = format!("{}/{bucket}", self.endpoint.trim_end_matches('/'));
         let body = if self.region == "us-east-1" {
