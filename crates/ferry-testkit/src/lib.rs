@@ -40,14 +40,19 @@ pub fn azure() -> Option<AzureConfig> {
 
 /// A fresh bucket or container name (3-63 lowercase characters).
 pub fn unique(prefix: &str) -> String {
-    format!("{prefix}-{:012x}", rand::rng().random::<u64>() & 0xffff_ffff_ffff)
+    format!(
+        "{prefix}-{:012x}",
+        rand::rng().random::<u64>() & 0xffff_ffff_ffff
+    )
 }
 
 /// Creates a fresh S3 bucket and returns its store and name.
 pub async fn s3_bucket(cfg: &S3Config) -> (CloudStore, String) {
     let name = unique("ferry-test");
     let store = CloudStore::s3(cfg, &name).expect("S3 store");
-    ferry_store::Store::create_root(&store).await.expect("create bucket");
+    ferry_store::Store::create_root(&store)
+        .await
+        .expect("create bucket");
     (store, name)
 }
 
@@ -55,7 +60,9 @@ pub async fn s3_bucket(cfg: &S3Config) -> (CloudStore, String) {
 pub async fn azure_container(cfg: &AzureConfig) -> (CloudStore, String) {
     let name = unique("ferry-test");
     let store = CloudStore::azure(cfg, &name).expect("Azure store");
-    ferry_store::Store::create_root(&store).await.expect("create container");
+    ferry_store::Store::create_root(&store)
+        .await
+        .expect("create container");
     (store, name)
 }
 
@@ -84,7 +91,9 @@ pub fn random_file(path: &Path, len: u64, seed: u64) {
 /// True when two files have the same bytes (compared in pieces).
 pub fn same_file(a: &Path, b: &Path) -> bool {
     use std::io::Read;
-    let (Ok(fa), Ok(fb)) = (std::fs::File::open(a), std::fs::File::open(b)) else { return false };
+    let (Ok(fa), Ok(fb)) = (std::fs::File::open(a), std::fs::File::open(b)) else {
+        return false;
+    };
     if fa.metadata().map(|m| m.len()).ok() != fb.metadata().map(|m| m.len()).ok() {
         return false;
     }

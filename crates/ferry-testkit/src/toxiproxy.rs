@@ -32,7 +32,9 @@ fn call(method: &str, url: &str, body: Option<Value>) -> Value {
 impl Toxiproxy {
     /// The server from `TOXIPROXY_URL`, if up (see [`crate::require`]).
     pub fn from_env() -> Option<Self> {
-        crate::require("TOXIPROXY_URL").map(|url| Self { url: url.trim_end_matches('/').into() })
+        crate::require("TOXIPROXY_URL").map(|url| Self {
+            url: url.trim_end_matches('/').into(),
+        })
     }
 
     /// A new proxy with a fresh name and port in front of `upstream` (`host:port`).
@@ -46,7 +48,10 @@ impl Toxiproxy {
             &format!("{}/proxies", self.url),
             Some(json!({"name": name, "listen": listen, "upstream": upstream, "enabled": true})),
         );
-        Proxy { api: format!("{}/proxies/{name}", self.url), listen }
+        Proxy {
+            api: format!("{}/proxies/{name}", self.url),
+            listen,
+        }
     }
 }
 
@@ -59,7 +64,9 @@ impl Proxy {
         call(
             "POST",
             &format!("{}/toxics", self.api),
-            Some(json!({"name": name, "type": kind, "stream": stream, "toxicity": toxicity, "attributes": attributes})),
+            Some(
+                json!({"name": name, "type": kind, "stream": stream, "toxicity": toxicity, "attributes": attributes}),
+            ),
         );
         name
     }

@@ -170,7 +170,10 @@ impl Engine {
     pub(crate) async fn abort(&self, dst: &SharedStore, up: &Upload) {
         let what = format!("abort {}", up.key);
         // Outlast a short outage: an abandoned multipart upload costs storage until removed.
-        let policy = crate::RetryPolicy { attempts: 8, ..self.cfg.retry };
+        let policy = crate::RetryPolicy {
+            attempts: 8,
+            ..self.cfg.retry
+        };
         let abort = policy.run(&what, 0, |_| {}, || dst.abort_upload(up));
         if let Ok(Err(e)) | Err(e) = tokio::time::timeout(ABORT_TIMEOUT, abort)
             .await

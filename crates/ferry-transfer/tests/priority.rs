@@ -20,10 +20,19 @@ impl Progress for Counter {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn urgent_finishes_first_while_bulk_progresses() {
-    let Some(mut cfg) = ferry_testkit::s3() else { return };
-    let Some(toxi) = Toxiproxy::from_env() else { return };
+    let Some(mut cfg) = ferry_testkit::s3() else {
+        return;
+    };
+    let Some(toxi) = Toxiproxy::from_env() else {
+        return;
+    };
     let (_, bucket) = ferry_testkit::s3_bucket(&cfg).await;
-    let upstream = cfg.endpoint.clone().unwrap().trim_start_matches("http://").to_string();
+    let upstream = cfg
+        .endpoint
+        .clone()
+        .unwrap()
+        .trim_start_matches("http://")
+        .to_string();
     let proxy = toxi.proxy(&upstream);
     proxy.toxic("bandwidth", "upstream", 1.0, json!({"rate": 5000}));
     cfg.endpoint = Some(proxy.endpoint());
@@ -35,24 +44,42 @@ async fn urgent_finishes_first_while_bulk_progresses() {
     ferry_testkit::random_file(&dir.join("urgent"), 20 << 20, 2);
     let local: SharedStore = Arc::new(LocalStore::new(&dir));
 
-    let engine = Engine::new(EngineConfig { concurrency: Some(2), ..Default::default() });
+    let engine = Engine::new(EngineConfig {
+        concurrency: Some(2),
+        ..Default::default()
+    });
     let bulk_done = Arc::new(Counter::default());
     let bulk = tokio::spawn({
         let (e, l, s, p) = (engine.clone(), local.clone(), s3.clone(), bulk_done.clone());
         async move {
-            e.copy(&l, "bulk", &s, "bulk", Class::Bulk, &*p).await.unwrap();
+            e.copy(&l, "bulk", &s, "bulk", Class::Bulk, &*p)
+                .await
+                .unwrap();
             Instant::now()
         }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     let bulk_before = bulk_done.0.load(Ordering::SeqCst);
     let urgent_started = Instant::now();
-    engine.copy(&local, "urgent", &s3, "urgent", Class::Urgent, &Counter::default()).await.unwrap();
+    engine
+        .copy(
+            &local,
+            "urgent",
+            &s3,
+            "urgent",
+            Class::Urgent,
+            &Counter::default(),
+        )
+        .await
+        .unwrap();
     let urgent_finished = Instant::now();
     let bulk_during = bulk_done.0.load(Ordering::SeqCst) - bulk_before;
     let bulk_finished = bulk.await.unwrap();
 
-    assert!(urgent_finished < bulk_finished, "urgent work, started later, finished after bulk");
+    assert!(
+        urgent_finished < bulk_finished,
+        "urgent work, started later, finished after bulk"
+    );
     assert!(bulk_during > 0, "bulk starved while urgent work ran");
     eprintln!(
         "urgent took {:?}; bulk moved {} MiB meanwhile and finished {:?} after urgent",

@@ -7,7 +7,10 @@ use ferry_testkit::random_file;
 
 #[test]
 fn unknown_scheme() {
-    fails_with(&ferry(&["cp", "/etc/hostname", "gs://bucket/x"]), "unknown scheme 'gs'");
+    fails_with(
+        &ferry(&["cp", "/etc/hostname", "gs://bucket/x"]),
+        "unknown scheme 'gs'",
+    );
 }
 
 #[test]
@@ -35,20 +38,33 @@ fn unreadable_source_writes_nothing() {
     // root reads anything: drop to nobody for this run.
     let out = if is_root() {
         let mut cmd = std::process::Command::new("setpriv");
-        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_ferry")]);
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        cmd.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_ferry"),
+        ]);
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
         cmd.args(args).output().expect("setpriv (util-linux)")
     } else {
         ferry(&args)
     };
     fails_with(&out, "ermission denied");
     assert!(!dst.exists(), "a copy appeared");
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "temp files left");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "temp files left"
+    );
 }
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false)
 }
 
@@ -65,7 +81,11 @@ fn destination_exists_as_a_directory() {
     let dir = temp_dir();
     random_file(&dir.join("name"), 10, 1);
     std::fs::create_dir_all(dir.join("out/name")).unwrap();
-    let out = ferry(&["cp", s(&dir.join("name")), &format!("{}/", s(&dir.join("out")))]);
+    let out = ferry(&[
+        "cp",
+        s(&dir.join("name")),
+        &format!("{}/", s(&dir.join("out"))),
+    ]);
     fails_with(&out, "exists as a directory");
     assert_eq!(std::fs::read_dir(dir.join("out/name")).unwrap().count(), 0);
 }
@@ -74,35 +94,65 @@ fn destination_exists_as_a_directory() {
 fn missing_bucket() {
     let Some(_) = ferry_testkit::s3() else { return };
     let bucket = ferry_testkit::unique("ferry-missing");
-    fails_with(&ferry(&["cp", "/etc/hostname", &format!("s3://{bucket}/x")]), "NoSuchBucket");
+    fails_with(
+        &ferry(&["cp", "/etc/hostname", &format!("s3://{bucket}/x")]),
+        "NoSuchBucket",
+    );
     fails_with(&ferry(&["ls", &format!("s3://{bucket}")]), "NoSuchBucket");
 }
 
 #[test]
 fn missing_container() {
-    let Some(_) = ferry_testkit::azure() else { return };
+    let Some(_) = ferry_testkit::azure() else {
+        return;
+    };
     let c = ferry_testkit::unique("ferry-missing");
-    fails_with(&ferry(&["cp", "/etc/hostname", &format!("az://{c}/x")]), "ContainerNotFound");
+    fails_with(
+        &ferry(&["cp", "/etc/hostname", &format!("az://{c}/x")]),
+        "ContainerNotFound",
+    );
 }
 
 #[test]
 fn wrong_credentials() {
     let Some(_) = ferry_testkit::s3() else { return };
-    let out = ok(&["mkdir", &format!("s3://{}", ferry_testkit::unique("ferry-cred"))]);
+    let out = ok(&[
+        "mkdir",
+        &format!("s3://{}", ferry_testkit::unique("ferry-cred")),
+    ]);
     drop(out);
-    let out = ferry_env(&["cp", "/etc/hostname", "s3://whatever/x"], &[("AWS_SECRET_ACCESS_KEY", "wrong")], None);
+    let out = ferry_env(
+        &["cp", "/etc/hostname", "s3://whatever/x"],
+        &[("AWS_SECRET_ACCESS_KEY", "wrong")],
+        None,
+    );
     fails_with(&out, "access denied");
-    let Some(cs) = ferry_testkit::require("AZURE_STORAGE_CONNECTION_STRING") else { return };
+    let Some(cs) = ferry_testkit::require("AZURE_STORAGE_CONNECTION_STRING") else {
+        return;
+    };
     let bad = cs.replace("AccountKey=E", "AccountKey=F");
-    let out = ferry_env(&["cp", "/etc/hostname", "az://whatever/x"], &[("AZURE_STORAGE_CONNECTION_STRING", &bad)], None);
+    let out = ferry_env(
+        &["cp", "/etc/hostname", "az://whatever/x"],
+        &[("AZURE_STORAGE_CONNECTION_STRING", &bad)],
+        None,
+    );
     fails_with(&out, "access denied");
 }
 
 #[test]
 fn bad_settings() {
-    fails_with(&ferry(&["cp", "--block-size", "lots", "/etc/hostname", "/tmp/x"]), "bad size");
-    fails_with(&ferry(&["cp", "--concurrency", "0", "/etc/hostname", "/tmp/x"]), "at least 1");
+    fails_with(
+        &ferry(&["cp", "--block-size", "lots", "/etc/hostname", "/tmp/x"]),
+        "bad size",
+    );
+    fails_with(
+        &ferry(&["cp", "--concurrency", "0", "/etc/hostname", "/tmp/x"]),
+        "at least 1",
+    );
     let dir = temp_dir();
     std::fs::write(dir.join("ferry.toml"), "concurrency = \"many\"\n").unwrap();
-    fails_with(&ferry(&["--config", s(&dir.join("ferry.toml")), "ls", s(&dir)]), "ferry.toml");
+    fails_with(
+        &ferry(&["--config", s(&dir.join("ferry.toml")), "ls", s(&dir)]),
+        "ferry.toml",
+    );
 }

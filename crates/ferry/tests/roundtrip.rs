@@ -18,8 +18,14 @@ fn sizes_round_trip(base: &str, sizes: &[u64]) {
         let up = summary(&ok(&["cp", "--json", s(&src), &url]));
         assert_eq!(up["bytes"], size, "{up}");
         let down = summary(&ok(&["cp", "--json", &url, s(&back)]));
-        assert!(same_file(&src, &back), "{url}: round trip of {size} bytes differs");
-        assert_eq!(down["verified"], 1, "download of {size} bytes was not checked: {down}");
+        assert!(
+            same_file(&src, &back),
+            "{url}: round trip of {size} bytes differs"
+        );
+        assert_eq!(
+            down["verified"], 1,
+            "download of {size} bytes was not checked: {down}"
+        );
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -27,8 +33,10 @@ fn sizes_round_trip(base: &str, sizes: &[u64]) {
 fn bucket(scheme: &str) -> Option<String> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     match scheme {
-        "s3" => ferry_testkit::s3().map(|c| format!("s3://{}", rt.block_on(ferry_testkit::s3_bucket(&c)).1)),
-        _ => ferry_testkit::azure().map(|c| format!("az://{}", rt.block_on(ferry_testkit::azure_container(&c)).1)),
+        "s3" => ferry_testkit::s3()
+            .map(|c| format!("s3://{}", rt.block_on(ferry_testkit::s3_bucket(&c)).1)),
+        _ => ferry_testkit::azure()
+            .map(|c| format!("az://{}", rt.block_on(ferry_testkit::azure_container(&c)).1)),
     }
 }
 
@@ -64,10 +72,17 @@ fn stream_round_trip(base: &str) {
         let data = ferry_testkit::random_bytes(len, 40 + i as u64);
         let url = format!("{base}/stream-{len}");
         let out = common::ferry_env(&["cp", "--json", "-", &url], &[], Some(&data));
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(summary(&out)["bytes"], len as u64);
         let back = ok(&["cp", &url, "-"]);
-        assert!(back.stdout == data, "stream of {len} bytes differs after the round trip");
+        assert!(
+            back.stdout == data,
+            "stream of {len} bytes differs after the round trip"
+        );
     }
 }
 
@@ -118,14 +133,26 @@ fn azure_tree_of_1000_files() {
 
 #[test]
 fn store_to_store_both_ways() {
-    let (Some(s3), Some(az)) = (bucket("s3"), bucket("az")) else { return };
+    let (Some(s3), Some(az)) = (bucket("s3"), bucket("az")) else {
+        return;
+    };
     let dir = temp_dir();
     let src = dir.join("src");
     random_file(&src, 13 * MIB + 5, 7);
     ok(&["cp", s(&src), &format!("{s3}/a")]);
-    let hop = summary(&ok(&["cp", "--json", &format!("{s3}/a"), &format!("{az}/b")]));
+    let hop = summary(&ok(&[
+        "cp",
+        "--json",
+        &format!("{s3}/a"),
+        &format!("{az}/b"),
+    ]));
     assert_eq!(hop["verified"], 1, "S3 source not checked: {hop}");
-    let hop = summary(&ok(&["cp", "--json", &format!("{az}/b"), &format!("{s3}/c")]));
+    let hop = summary(&ok(&[
+        "cp",
+        "--json",
+        &format!("{az}/b"),
+        &format!("{s3}/c"),
+    ]));
     assert_eq!(hop["verified"], 1, "Azure source not checked: {hop}");
     ok(&["cp", &format!("{s3}/c"), s(&dir.join("back"))]);
     assert!(same_file(&src, &dir.join("back")));

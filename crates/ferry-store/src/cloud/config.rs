@@ -142,7 +142,9 @@ impl S3Extra {
     pub(super) async fn pending_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
         let mut url = url::Url::parse(&format!("{}/{bucket}", self.endpoint.trim_end_matches('/')))
             .map_err(|e| Error::Invalid(format!("bucket URL: {e}")))?;
-        url.query_pairs_mut().append_pair("prefix", prefix).append_key_only("uploads");
+        url.query_pairs_mut()
+            .append_pair("prefix", prefix)
+            .append_key_only("uploads");
         let mut req = http::Request::builder()
             .method(http::Method::GET)
             .uri(url.as_str())
@@ -156,7 +158,13 @@ impl S3Extra {
         Ok(text
             .split("<Upload>")
             .skip(1)
-            .filter_map(|u| u.split("<Key>").nth(1)?.split("</Key>").next().map(str::to_string))
+            .filter_map(|u| {
+                u.split("<Key>")
+                    .nth(1)?
+                    .split("</Key>")
+                    .next()
+                    .map(str::to_string)
+            })
             .collect())
     }
 

@@ -8,8 +8,15 @@ use std::process::{Command, Output, Stdio};
 /// Runs `ferry ARGS` with extra environment; returns its output.
 pub fn ferry_env(args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
-    cmd.args(args).envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
     let mut child = cmd.spawn().expect("run ferry");
     if let Some(data) = stdin {
         let mut pipe = child.stdin.take().unwrap();
@@ -29,22 +36,37 @@ pub fn ferry(args: &[&str]) -> Output {
 /// Runs `ferry ARGS` and insists it succeeds.
 pub fn ok(args: &[&str]) -> Output {
     let out = ferry(args);
-    assert!(out.status.success(), "ferry {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ferry {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
 /// The `--json` summary of a run.
 pub fn summary(out: &Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("bad JSON {text:?}: {e}"))
+    serde_json::from_str(text.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("bad JSON {text:?}: {e}"))
 }
 
 /// Asserts a failed run with exactly one line on stderr that contains `needle`.
 pub fn fails_with(out: &Output, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure, got success: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "expected one error line, got: {err}");
-    assert!(err.contains(needle), "error {err:?} does not mention {needle:?}");
+    assert!(
+        !out.status.success(),
+        "expected failure, got success: {err}"
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "expected one error line, got: {err}"
+    );
+    assert!(
+        err.contains(needle),
+        "error {err:?} does not mention {needle:?}"
+    );
     assert!(err.starts_with("ferry: error: "), "{err}");
 }
 
