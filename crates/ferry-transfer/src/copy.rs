@@ -111,7 +111,7 @@ impl Engine {
             .await;
         let finished = match sent {
             Ok(parts) => {
-                self.commit(dst, up, parts, plan, expect.as_deref(), src_key)
+                self.commit(dst, up, parts, plan, size, expect.as_deref(), src_key)
                     .await
             }
             Err(e) => Err(e),
@@ -128,16 +128,27 @@ impl Engine {
         }
     }
 
-    /// Completes an upload after checking the source digest, then checks what the store made.
+    /// Completes an upload after checking that every block of `plan` for `size` bytes is there
+    /// and that the source digest holds, then checks what the store made.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn commit(
         &self,
         dst: &SharedStore,
         up: &Upload,
         parts: Vec<(BlockId, [u8; 16])>,
         plan: BlockPlan,
+        size: u64,
         expect: Option<&str>,
         src_name: &str,
     ) -> Result<()> {
+        let want = plan.blocks(size).len();
+        if parts.len() != want {
+            return Err(Error::Permanent(format!(
+                "{}: {} of {want} blocks sent; not committing an incomplete object",
+                up.key,
+                parts.len()
+            )));
+        }
         let (ids, md5s): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
         let got = digest::compose(&md5s, false);
         check(expect, &got, src_name)?;
@@ -155,6 +166,13 @@ impl Engine {
             Err(Error::NotFound(_)) => dst.head(&up.key).await?,
             Err(e) => return Err(e),
         };
+        if info.size != size {
+            let _ = dst.delete(&up.key).await;
+            return Err(Error::Checksum(format!(
+                "{}: the store holds {} bytes, ferry sent {size}; removed",
+                up.key, info.size
+            )));
+        }
         match dst.digest(&info) {
             Some(stored) if stored != got => {
                 let _ = dst.delete(&up.key).await;

@@ -70,6 +70,7 @@ impl Engine {
         let mut tasks = JoinSet::new();
         let (mut idx, mut off) = (0usize, 0u64);
         let mut block = (first, mem);
+        let mut parts = Vec::new();
         let result: Result<u64> = async {
             loop {
                 let (data, mem) = block;
@@ -87,8 +88,9 @@ impl Engine {
                 ));
                 idx += 1;
                 off += len;
+                // Reap finished blocks as we go: a failure stops reading early.
                 while let Some(done) = tasks.try_join_next() {
-                    done.map_err(|e| Error::Permanent(format!("block task: {e}")))??;
+                    parts.push(done.map_err(|e| Error::Permanent(format!("block task: {e}")))??);
                 }
                 if next.is_empty() {
                     break;
@@ -106,7 +108,6 @@ impl Engine {
             Ok(off)
         }
         .await;
-        let mut parts = Vec::new();
         let mut failed = result.err();
         while let Some(done) = tasks.join_next().await {
             match done
@@ -123,7 +124,7 @@ impl Engine {
         }
         parts.sort_by_key(|p| p.0);
         let parts = parts.into_iter().map(|(_, id, md5)| (id, md5)).collect();
-        if let Err(e) = self.commit(dst, &up, parts, plan, None, key).await {
+        if let Err(e) = self.commit(dst, &up, parts, plan, off, None, key).await {
             self.abort(dst, &up).await;
             return Err(e);
         }

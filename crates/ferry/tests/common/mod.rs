@@ -28,6 +28,28 @@ pub fn ferry_env(args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>) -> O
     child.wait_with_output().expect("wait for ferry")
 }
 
+/// Runs `ferry ARGS` fed `data` on stdin in 1 MiB pieces, `pause` apart: a slow producer
+/// such as pg_dump, so that early blocks finish while later ones are still being read.
+pub fn ferry_slow_stdin(args: &[&str], data: Vec<u8>, pause: std::time::Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ferry");
+    let mut pipe = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        for piece in data.chunks(1 << 20) {
+            if pipe.write_all(piece).is_err() {
+                return;
+            }
+            std::thread::sleep(pause);
+        }
+    });
+    child.wait_with_output().expect("wait for ferry")
+}
+
 /// Runs `ferry ARGS`.
 pub fn ferry(args: &[&str]) -> Output {
     ferry_env(args, &[], None)
