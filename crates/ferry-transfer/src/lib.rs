@@ -33,7 +33,7 @@ const START_CONCURRENCY: usize = 16;
 /// The tuner's ceiling; the memory budget caps large blocks well below it.
 const MAX_CONCURRENCY: usize = 128;
 /// Memory kept outside block buffers (TLS, HTTP, allocator slack) within `max_memory`.
-const OVERHEAD: u64 = 40 << 20;
+const OVERHEAD: u64 = 48 << 20;
 
 /// Engine settings; `None` means "choose by measurement".
 #[derive(Debug, Clone)]
