@@ -12,7 +12,11 @@ pub async fn ls(url: &str, stores: &mut Stores, out: &Output) -> Result<()> {
         anyhow::bail!("'-' cannot be listed");
     }
     let prefix = place.key.clone();
-    let objects = place.store.list(&prefix).await?;
+    // A key names one object if it exists; otherwise it is a prefix.
+    let objects = match place.store.head(&prefix).await {
+        Ok(one) if !prefix.is_empty() && !place.dir_hint => vec![one],
+        _ => place.store.list(&prefix).await?,
+    };
     if out.json {
         let v: Vec<_> = objects
             .iter()
