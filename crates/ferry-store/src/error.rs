@@ -68,7 +68,12 @@ impl From<object_store::Error> for Error {
 /// statuses a caller can act on.
 fn classify_generic(msg: String) -> Error {
     let has = |s: &str| msg.contains(s);
-    if has("NoSuchBucket") || has("ContainerNotFound") || has("404 Not Found") {
+    if has("certificate") || has("InvalidCertificate") {
+        // TLS trust is configuration: retrying cannot fix it.
+        Error::Invalid(format!(
+            "{msg} (HINT: a private CA goes in --ca-cert or AWS_CA_BUNDLE)"
+        ))
+    } else if has("NoSuchBucket") || has("ContainerNotFound") || has("404 Not Found") {
         Error::NotFound(msg)
     } else if has("403 Forbidden")
         || has("401 Unauthorized")
@@ -100,6 +105,15 @@ fn concise(full: &str) -> String {
     match (status, code, message) {
         (Some(s), Some(c), Some(m)) => format!("{s} {c}: {m}"),
         (Some(s), Some(c), None) => format!("{s} {c}"),
+        (None, None, _) if full.contains(" - ") => {
+            // "Error performing PUT URL in 2ms - HTTP error: ..." -> "PUT URL: HTTP error: ..."
+            let (head, tail) = full.split_once(" - ").unwrap_or((full, ""));
+            let op = head
+                .split("performing ")
+                .nth(1)
+                .and_then(|s| s.split(" in ").next());
+            format!("{}{tail}", op.map(|o| format!("{o}: ")).unwrap_or_default())
+        }
         (Some(s), None, _) => {
             let what = full
                 .split(" in ")

@@ -44,9 +44,11 @@ impl Output {
 }
 
 fn init_logging(verbose: u8) {
+    // Other crates' logs only on request: rustls, say, logs a refused certificate at ERROR,
+    // which ferry already reports as its one error line.
     let default = match verbose {
-        0 => "warn",
-        1 => "info,ferry=debug",
+        0 => "off,ferry=warn,ferry_transfer=warn,ferry_store=warn",
+        1 => "warn,ferry=info,ferry_transfer=debug,ferry_store=debug",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
