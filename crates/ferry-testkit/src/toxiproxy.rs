@@ -55,6 +55,20 @@ impl Toxiproxy {
     }
 }
 
+/// A fresh S3 bucket on the server under test and a proxy in front of that server; `None`
+/// (a loud skip) when MinIO or Toxiproxy is down outside CI.
+pub async fn s3_behind_proxy() -> Option<(ferry_store::cloud::S3Config, String, Proxy)> {
+    let cfg = crate::s3()?;
+    let toxi = Toxiproxy::from_env()?;
+    let upstream = cfg
+        .endpoint
+        .clone()?
+        .trim_start_matches("http://")
+        .to_string();
+    let (_, bucket) = crate::s3_bucket(&cfg).await;
+    Some((cfg, bucket, toxi.proxy(&upstream)))
+}
+
 impl Proxy {
     /// Adds a toxic (`latency`, `bandwidth`, `timeout`, `reset_peer`, `limit_data`, ...) on
     /// `stream` (`upstream` = towards the server, `downstream` = towards ferry) to a `toxicity`

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_store::local::LocalStore;
-use ferry_testkit::toxiproxy::Toxiproxy;
+use ferry_testkit::toxiproxy::s3_behind_proxy;
 use ferry_transfer::{Class, Engine, EngineConfig, Progress, SharedStore};
 use serde_json::json;
 
@@ -20,20 +20,9 @@ impl Progress for Counter {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn urgent_finishes_first_while_bulk_progresses() {
-    let Some(mut cfg) = ferry_testkit::s3() else {
+    let Some((mut cfg, bucket, proxy)) = s3_behind_proxy().await else {
         return;
     };
-    let Some(toxi) = Toxiproxy::from_env() else {
-        return;
-    };
-    let (_, bucket) = ferry_testkit::s3_bucket(&cfg).await;
-    let upstream = cfg
-        .endpoint
-        .clone()
-        .unwrap()
-        .trim_start_matches("http://")
-        .to_string();
-    let proxy = toxi.proxy(&upstream);
     proxy.toxic("bandwidth", "upstream", 1.0, json!({"rate": 5000}));
     cfg.endpoint = Some(proxy.endpoint());
     let s3: SharedStore = Arc::new(ferry_store::cloud::CloudStore::s3(&cfg, &bucket).unwrap());
