@@ -8,6 +8,7 @@
 
 mod azure;
 mod config;
+mod signed;
 
 use std::ops::Range;
 use std::sync::Arc;

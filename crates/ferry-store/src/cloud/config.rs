@@ -153,7 +153,7 @@ impl S3Extra {
         AwsAuthorizer::new(&self.credential, "s3", &self.region)
             .try_authorize(&mut req, None)
             .map_err(Error::from)?;
-        let body = super::azure::send_for_body(&self.http, req, "list multipart uploads").await?;
+        let body = super::signed::send_for_body(&self.http, req, "list multipart uploads").await?;
         let text = String::from_utf8_lossy(&body);
         Ok(text
             .split("<Upload>")
@@ -186,7 +186,7 @@ impl S3Extra {
         AwsAuthorizer::new(&self.credential, "s3", &self.region)
             .try_authorize(&mut req, None)
             .map_err(Error::from)?;
-        super::azure::send(&self.http, req, &format!("create bucket {bucket}")).await
+        super::signed::send(&self.http, req, &format!("create bucket {bucket}")).await
     }
 }
 
