@@ -1,17 +1,24 @@
 //! Finds the number of requests in flight that the link rewards.
 //!
-//! Hill climbing on measured throughput: while a larger limit raises the rate, grow it; when it
-//! stops paying, step back; probe again now and then, since links change; halve on errors
-//! (throttling, resets), as TCP does.
+//! Hill climbing on measured throughput: grow while a larger limit raises the rate; when a step
+//! does not pay, go back, since fewer requests carrying the same rate mean less memory and a
+//! shorter tail at the end of a transfer; now and then probe one step up or down, since links
+//! change; cut the limit on errors (throttling, resets), as TCP does.
 
 use std::time::{Duration, Instant};
 
 /// How long one measurement lasts.
 const WINDOW: Duration = Duration::from_millis(1500);
-/// A rise below this is noise.
+/// A change in rate below this factor is noise.
 const GAIN: f64 = 1.07;
-/// Quiet windows before probing upwards again.
+/// Settled windows before the next probe.
 const PROBE_AFTER: u32 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    Up,
+    Down,
+}
 
 /// Adaptive concurrency limit.
 #[derive(Debug)]
@@ -24,8 +31,11 @@ pub(crate) struct Tuner {
     window_bytes: u64,
     /// The window saw requests waiting for a slot: only then does the limit bind.
     starved: bool,
-    best: Option<(f64, usize)>,
-    quiet: u32,
+    /// Rate and limit of the settled state the current probe is compared with.
+    base: Option<(f64, usize)>,
+    probe: Option<Probe>,
+    settled: u32,
+    next_down: bool,
 }
 
 impl Tuner {
@@ -39,8 +49,10 @@ impl Tuner {
             window_start: Instant::now(),
             window_bytes: 0,
             starved: false,
-            best: None,
-            quiet: 0,
+            base: None,
+            probe: None,
+            settled: 0,
+            next_down: false,
         }
     }
 
@@ -52,7 +64,7 @@ impl Tuner {
         self.starved = true;
     }
 
-    /// Records finished bytes; returns true when the limit changed.
+    /// Records finished bytes; returns true when the limit rose.
     pub(crate) fn on_done(&mut self, bytes: u64, now: Instant) -> bool {
         self.window_bytes += bytes;
         let elapsed = now.duration_since(self.window_start);
@@ -67,35 +79,58 @@ impl Tuner {
             return false;
         }
         let before = self.limit;
-        match self.best {
-            Some((best_rate, best_limit)) if rate < best_rate * GAIN => {
-                if self.limit > best_limit && rate < best_rate / GAIN {
-                    // The last step up did not pay: return to where it did.
-                    self.limit = best_limit;
-                    self.quiet = 0;
-                } else {
-                    self.quiet += 1;
-                    if self.quiet >= PROBE_AFTER {
-                        self.quiet = 0;
-                        self.best = Some((rate, self.limit));
-                        self.limit = (self.limit + self.limit / 4).clamp(self.min, self.max);
-                    }
+        self.evaluate(rate);
+        self.limit > before
+    }
+
+    fn set(&mut self, limit: usize) {
+        self.limit = limit.clamp(self.min, self.max);
+    }
+
+    fn evaluate(&mut self, rate: f64) {
+        let Some((base_rate, base_limit)) = self.base else {
+            self.base = Some((rate, self.limit));
+            self.probe = Some(Probe::Up);
+            self.set(self.limit + self.limit / 2 + 1);
+            return;
+        };
+        match self.probe.take() {
+            Some(Probe::Up) if rate >= base_rate * GAIN => {
+                // It paid: keep climbing.
+                self.base = Some((rate, self.limit));
+                self.probe = Some(Probe::Up);
+                self.set(self.limit + self.limit / 2 + 1);
+            }
+            Some(Probe::Down) if rate * GAIN >= base_rate => {
+                // Fewer requests carried as much: keep the smaller limit.
+                self.base = Some((rate, self.limit));
+            }
+            Some(_) => self.set(base_limit),
+            None => {
+                // Settled: follow the link's present rate, probe now and then.
+                self.base = Some((rate, self.limit));
+                self.settled += 1;
+                if self.settled >= PROBE_AFTER {
+                    self.settled = 0;
+                    self.next_down = !self.next_down;
+                    let (probe, to) = if self.next_down && self.limit > self.min {
+                        (Probe::Down, self.limit * 9 / 10)
+                    } else {
+                        (Probe::Up, self.limit + self.limit / 4 + 1)
+                    };
+                    self.probe = Some(probe);
+                    self.set(to);
                 }
             }
-            _ => {
-                self.best = Some((rate, self.limit));
-                self.quiet = 0;
-                self.limit = (self.limit + self.limit / 2).clamp(self.min, self.max);
-            }
         }
-        self.limit != before
     }
 
     /// A transient failure: back off multiplicatively.
     pub(crate) fn on_error(&mut self) {
         if !self.fixed {
             self.limit = (self.limit * 2 / 3).max(self.min);
-            self.best = None;
+            self.base = None;
+            self.probe = None;
         }
     }
 }
@@ -128,6 +163,22 @@ mod tests {
         assert!(
             t.limit() <= 64,
             "limit {} kept growing past the link",
+            t.limit()
+        );
+    }
+
+    #[test]
+    fn does_not_ratchet_up_on_a_capped_link() {
+        let mut t = Tuner::new(16, 128, false);
+        simulate(&mut t, 8e6, 100e6, 60);
+        assert!(
+            t.limit() <= 20,
+            "limit {} crept up though more requests never paid",
+            t.limit()
+        );
+        assert!(
+            t.limit() >= 10,
+            "limit {} fell below what fills the link",
             t.limit()
         );
     }
