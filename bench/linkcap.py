@@ -9,16 +9,25 @@ counted as throughput.
   up    clients send, server counts        -> upload MB/s   (1 MB = 10^6 bytes)
   down  server sends, clients count        -> download MB/s
   rtt   1-byte ping-pong on one stream     -> median round trip in ms
+        (--load N: while N streams download, i.e. RTT including queueing on a busy link)
 
 Prints one number on stdout (MB/s or ms); details on stderr.
 """
 import argparse
 import asyncio
+import socket
 import statistics
 import sys
 import time
 
 BUF = bytes(1 << 20)  # 1 MiB of zeros; content does not matter (nothing compresses it)
+
+
+def small_rcvbuf(w):
+    # Receivers keep little unread data in the kernel: if this process is descheduled (busy
+    # machine), a backlog read later would be counted in the wrong window. The hop to
+    # toxiproxy has ~0 RTT, so 256 KiB does not limit the rate.
+    w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 18)
 
 
 async def main(a):
@@ -38,16 +47,18 @@ async def main(a):
             await w.drain()
 
     async def serve(r, w):
-        try:
-            if a.mode == "up":
+        try:  # first byte says what this connection wants: u(pload) d(ownload) e(cho)
+            kind = await r.readexactly(1)
+            if kind == b"u":
+                small_rcvbuf(w)
                 await recv(r)
-            elif a.mode == "down":
+            elif kind == b"d":
                 await send(w)
-            else:  # rtt: echo
+            else:
                 while d := await r.read(64):
                     w.write(d)
                     await w.drain()
-        except (ConnectionError, asyncio.CancelledError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
             w.close()
@@ -56,8 +67,22 @@ async def main(a):
     server = await asyncio.start_server(serve, lh, int(lp))
     vh, vp = a.via.rsplit(":", 1)
 
+    async def dial(kind, streams):
+        conns = []
+        for _ in range(streams):
+            r, w = await asyncio.open_connection(vh, int(vp))
+            if kind == b"d":
+                small_rcvbuf(w)
+            w.write(kind)
+            conns.append((r, w))
+        return conns
+
     if a.mode == "rtt":
-        r, w = await asyncio.open_connection(vh, int(vp))
+        load = await dial(b"d", a.load)
+        tasks = [asyncio.create_task(recv(r)) for r, _ in load]
+        if load:
+            await asyncio.sleep(a.warmup)
+        (r, w), = await dial(b"e", 1)
         samples = []
         for _ in range(a.pings):
             t = time.perf_counter()
@@ -65,14 +90,18 @@ async def main(a):
             await w.drain()
             await r.readexactly(1)
             samples.append((time.perf_counter() - t) * 1000)
-        w.close()
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        for _, lw in load + [(r, w)]:
+            lw.close()
         server.close()
-        print(f"rtt ms: min {min(samples):.1f} median {statistics.median(samples):.1f} "
-              f"max {max(samples):.1f}", file=sys.stderr)
+        print(f"rtt ms with {a.load} streams loading the down link: min {min(samples):.1f} "
+              f"median {statistics.median(samples):.1f} max {max(samples):.1f}", file=sys.stderr)
         print(f"{statistics.median(samples):.1f}")
         return
 
-    conns = [await asyncio.open_connection(vh, int(vp)) for _ in range(a.streams)]
+    conns = await dial(a.mode[0].encode(), a.streams)
     tasks = [asyncio.create_task(send(w) if a.mode == "up" else recv(r)) for r, w in conns]
     await asyncio.sleep(a.warmup)  # skip slow start, tbf burst and toxiproxy pipeline fill
     b0, t0 = got[0], time.perf_counter()
@@ -103,6 +132,7 @@ if __name__ == "__main__":
     p.add_argument("--secs", type=float, default=10)
     p.add_argument("--warmup", type=float, default=2)
     p.add_argument("--pings", type=int, default=10)
+    p.add_argument("--load", type=int, default=0, help="rtt: download streams running meanwhile")
     try:
         asyncio.run(main(p.parse_args()))
     except KeyboardInterrupt:

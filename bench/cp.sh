@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# ferry vs rclone over an emulated WAN (bench/lib.sh), same link, same run. Needs root.
+#   bench/cp.sh                                  # full: 1 GiB, 10k x 64 KiB, 10 GiB stream
+#   SIZE=32M FILES=200 STREAM=128M LINK_SECS=2 bench/cp.sh   # smoke, ~1 min
+# Env: PROFILE / RTT_MS / CONN_MBPS / AGG_MBPS (link), SIZE (big file), FILES and FILE_KB
+# (small files), STREAM (stdin upload; 0 skips), FERRY (default target/release/ferry),
+# RCLONE, TESTS (subset of: big small stream), LINK_SECS (0: skip link measurement).
+set -euo pipefail
+FERRY=${FERRY:-$(dirname "$0")/../target/release/ferry}
+case $FERRY in */*) FERRY=$(realpath -m "$FERRY") ;; *) FERRY=$(command -v "$FERRY" || echo "$FERRY") ;; esac
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+[ "$(id -u)" = 0 ] || { echo "cp.sh: needs root (netns, tc)" >&2; exit 1; }
+
+SIZE=$(numfmt --from=iec "${SIZE:-1G}")
+FILES=${FILES:-10000} FILE_KB=${FILE_KB:-64}
+STREAM=$(numfmt --from=iec "${STREAM:-10G}")
+TESTS=${TESTS:-big small stream}
+RCLONE=${RCLONE:-$TOOLS/rclone}
+export RCLONE_CONFIG=/dev/null RCLONE_CONFIG_B_TYPE=s3 RCLONE_CONFIG_B_PROVIDER=Minio \
+  RCLONE_CONFIG_B_ENDPOINT=http://127.0.0.1:9000 RCLONE_CONFIG_B_ACCESS_KEY_ID=minioadmin \
+  RCLONE_CONFIG_B_SECRET_ACCESS_KEY=minioadmin
+export AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=minioadmin \
+  AWS_SECRET_ACCESS_KEY=minioadmin AWS_REGION=us-east-1
+# Which rclone flags "tuned" means, per test (download knobs differ from upload ones).
+TUNED_UP="--s3-upload-concurrency 16 --s3-chunk-size 8M"
+TUNED_DOWN="--multi-thread-streams 16"
+TUNED_SMALL="--transfers 32 --checkers 32"
+
+HAVE_FERRY=1
+[ -x "$FERRY" ] || { HAVE_FERRY=0; echo "ferry: $FERRY not found; skipping ferry steps (cargo build --release, or set FERRY=)" >&2; }
+
+# Scratch at any one time: big source + its object + one download, or the stream object;
+# plus the small files twice (objects are deleted after each test).
+big=$(( 3 * SIZE > STREAM ? 3 * SIZE : STREAM ))
+gib=$(( (big + 2 * FILES * FILE_KB * 1024) / (1 << 30) + 1 ))
+BENCH_DIR=$(bench_dir "$gib")
+RES='' LINK_UP=0 LINK_DOWN=0 LINK_RTT='?' LINK_HOW=measured
+rclone_version=$("$RCLONE" version | sed -n 1p)
+exec 3>&1 4>&2   # the original stdout/stderr, for the exit trap
+trap '[ -z "$RES" ] || [ -n "${REPORTED:-}" ] || report >&3 2>&4 || :; link_down' EXIT  # partial table on abort
+trap 'exit 130' INT TERM
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+link_up "$gib"
+W=$BENCH_DIR/work RES=$BENCH_DIR/results
+: >"$RES"
+
+if [ "${LINK_SECS:-8}" != 0 ]; then
+  echo "measuring link (${LINK_SECS:-8} s per direction, 32 streams)..." >&2
+  measure_link "${LINK_SECS:-8}" 32
+else
+  LINK_UP=$AGG_MBPS LINK_DOWN=$AGG_MBPS LINK_RTT=$RTT_MS LINK_HOW="nominal (LINK_SECS=0)"
+fi
+
+# run TEST TOOL DIR BYTES FILES CMD...: time CMD in the namespace, record secs, peak RSS and
+# ok|FAIL (from $TIMED instead when CMD times its own inner command; a failed run's time
+# file starts with "Command exited...", so take the last line).
+run() {
+  local t=$1 tool=$2 dir=$3 bytes=$4 files=$5 st=ok secs rss; shift 5
+  local log=$W/$t.$tool.log
+  echo "  $t $tool: $*" >&2
+  rm -f "$W/time" "${TIMED:-$W/time}"   # never report a previous run's figures
+  # Not via nsx: redirecting a function call redirects this shell, traps included.
+  ip netns exec "$NS" /usr/bin/time -f '%e %M' -o "$W/time" "$@" >"$log" 2>&1 || st=FAIL
+  read -r secs rss < <(tail -1 "${TIMED:-$W/time}")
+  echo "$t $tool $dir $bytes $files ${secs:-0} ${rss:-0} $st" >>"$RES"
+  echo "    $st: ${secs:-?} s, peak RSS $(( ${rss:-0} / 1024 )) MiB" >&2
+  [ $st = ok ] || { echo "  FAILED ($log):" >&2; tail -3 "$log" | sed 's/^/    /' >&2; return 1; }
+}
+bad() { echo "  MISMATCH: $*" >&2; sed -i '$ s/ ok$/ BAD/' "$RES"; }  # mark the last result
+same() { cmp -s "$1" "$2" || bad "$2 differs from $1"; }
+filesum() { find "$1" -type f -printf '%s\n' | awk '{n++; b+=$1} END {print n+0 "/" b+0}'; }
+samedir() { # src dst: same file count and bytes (ferry's and rclone's dir layouts may differ)
+  local a b; a=$(filesum "$1") b=$(filesum "$2")
+  [ "$a" = "$b" ] || bad "$2 has $b (files/bytes), $1 has $a"
+}
+# Empty the bucket after each tool's runs: the objects live in RAM (tmpfs). Not "purge
+# PREFIX": for a single object such as b:bench/stream that deletes nothing.
+clean() { nsx "$RCLONE" delete b:bench >/dev/null 2>&1 || true; }
+
+nsx "$RCLONE" mkdir b:bench
+[ $HAVE_FERRY = 0 ] || nsx "$FERRY" mkdir s3://bench >/dev/null 2>&1 || true  # exists already: fine
+
+# Table: rate, share of the measured link, and each tool against each other tool in the
+# same test ("speed x / RSS x": >1 speed = faster than that peer, <1 RSS = leaner).
+report() {
+  [ -s "$RES" ] || return 0
+  REPORTED=1
+  echo
+  echo "$rclone_version; ferry: $([ $HAVE_FERRY = 1 ] && "$FERRY" --version 2>/dev/null | sed -n 1p || echo "not run ($FERRY missing)")"
+  echo "link $PROFILE: RTT ${RTT_MS} ms, ${CONN_MBPS} MB/s per connection, ${AGG_MBPS} MB/s aggregate;" \
+       "$LINK_HOW up $LINK_UP MB/s, down $LINK_DOWN MB/s, RTT $LINK_RTT ms (1 MB = 10^6 B)"
+  awk -v up="$LINK_UP" -v down="$LINK_DOWN" '
+    { t[NR]=$1; tool[NR]=$2; dir[NR]=$3; b[NR]=$4; f[NR]=$5; s[NR]=$6; rss[NR]=$7; st[NR]=$8
+      if ($8 == "ok" && $6 > 0) { mbs[NR]=$4/$6/1e6; key[$1 SUBSEP $2]=NR }
+      if (!($2 in seen)) { seen[$2]=1; tools[++nt]=$2 } }
+    END {
+      printf "%-11s %-13s %8s %7s %8s %6s %8s", "test", "tool", "secs", "MB/s", "files/s", "link%", "RSS MiB"
+      for (j=1; j<=nt; j++) printf "  %-17s", "vs " tools[j]
+      print ""
+      for (i=1; i<=NR; i++) {
+        printf "%-11s %-13s %8.2f", t[i], tool[i], s[i]
+        if (!(i in mbs)) { printf " %7s %8s %6s %8.0f  %s (see log)\n", "-", "-", "-", rss[i]/1024, st[i]; continue }
+        lim = dir[i] == "up" ? up : down
+        printf " %7.1f %8s %6s %8.0f", mbs[i], (f[i] > 1 ? sprintf("%.0f", f[i]/s[i]) : "-"),
+          (lim > 0 ? sprintf("%.0f%%", 100*mbs[i]/lim) : "-"), rss[i]/1024
+        for (j=1; j<=nt; j++) {
+          p = key[t[i] SUBSEP tools[j]]
+          if (tools[j] == tool[i]) c = "-"
+          else if (p == "") c = "n/a"
+          else c = sprintf("%.2fx / %.2fx", mbs[i]/mbs[p], rss[i]/rss[p])
+          printf "  %-17s", c
+        }
+        print ""
+      } }' "$RES"
+  echo "load average at start: $LOAD0; at end: $(cut -d' ' -f1-3 /proc/loadavg) (2 cores: >1.5 means other work competed)"
+  echo "vs <peer>: speed ratio / peak-RSS ratio (speed >1: faster than peer; RSS <1: leaner)."
+  echo "rclone-tuned: up $TUNED_UP; down $TUNED_DOWN; small files $TUNED_SMALL"
+}
+
+for t in $TESTS; do case $t in
+big)
+  echo "big: $(numfmt --to=iec "$SIZE") random file" >&2
+  head -c "$SIZE" /dev/urandom >"$W/big"
+  mkdir -p "$W/dl"
+  if [ $HAVE_FERRY = 1 ]; then
+    run up-big ferry up "$SIZE" 1 "$FERRY" cp "$W/big" s3://bench/ferry/big || true
+    run down-big ferry down "$SIZE" 1 "$FERRY" cp s3://bench/ferry/big "$W/dl/big" && same "$W/big" "$W/dl/big" || true
+    rm -rf "$W/dl"/*; clean
+  fi
+  run up-big rclone up "$SIZE" 1 "$RCLONE" copy "$W/big" b:bench/rclone/ || true
+  run down-big rclone down "$SIZE" 1 "$RCLONE" copy b:bench/rclone/big "$W/dl/" && same "$W/big" "$W/dl/big" || true
+  rm -rf "$W/dl"/*; clean
+  # shellcheck disable=SC2086
+  run up-big rclone-tuned up "$SIZE" 1 "$RCLONE" copy $TUNED_UP "$W/big" b:bench/rclone/ || true
+  # shellcheck disable=SC2086
+  run down-big rclone-tuned down "$SIZE" 1 "$RCLONE" copy $TUNED_DOWN b:bench/rclone/big "$W/dl/" && same "$W/big" "$W/dl/big" || true
+  rm -rf "$W/dl" "$W/big"; clean ;;
+small)
+  echo "small: $FILES x $FILE_KB KiB files" >&2
+  mkdir -p "$W/small"
+  # One urandom read split into files: 10k separate head calls would take longer than the test.
+  head -c $(( FILES * FILE_KB * 1024 )) /dev/urandom | (cd "$W/small" && split -a 6 -d -b "${FILE_KB}K" - f)
+  bytes=$(( FILES * FILE_KB * 1024 ))
+  if [ $HAVE_FERRY = 1 ]; then
+    run up-small ferry up "$bytes" "$FILES" "$FERRY" cp -r "$W/small" s3://bench/small-ferry/ || true
+    # No trailing slash on the source: ferry 0.1.0 rejects "s3://b/p/" as key "p//".
+    run down-small ferry down "$bytes" "$FILES" "$FERRY" cp -r s3://bench/small-ferry "$W/dl/" && samedir "$W/small" "$W/dl" || true
+    rm -rf "$W/dl"; clean
+  fi
+  for tool in rclone rclone-tuned; do
+    flags=; [ $tool = rclone ] || flags=$TUNED_SMALL
+    # shellcheck disable=SC2086
+    run up-small $tool up "$bytes" "$FILES" "$RCLONE" copy $flags "$W/small" b:bench/small-rclone/ || true
+    # shellcheck disable=SC2086
+    run down-small $tool down "$bytes" "$FILES" "$RCLONE" copy $flags b:bench/small-rclone/ "$W/dl/" && samedir "$W/small" "$W/dl" || true
+    rm -rf "$W/dl"; clean
+  done
+  rm -rf "$W/small" ;;
+stream)
+  [ "$STREAM" -gt 0 ] || continue
+  echo "stream: $(numfmt --to=iec "$STREAM") from /dev/urandom on stdin (RSS is the uploader's)" >&2
+  # $0 = byte count; the uploader is timed, head is not.
+  pipe='head -c "$0" /dev/urandom | /usr/bin/time -f "%e %M" -o "$1" "${@:2}"'
+  if [ $HAVE_FERRY = 1 ]; then
+    TIMED=$W/time.pipe run up-stream ferry up "$STREAM" 1 bash -c "$pipe" "$STREAM" "$W/time.pipe" "$FERRY" cp - s3://bench/stream || true
+    clean
+  fi
+  TIMED=$W/time.pipe run up-stream rclone up "$STREAM" 1 bash -c "$pipe" "$STREAM" "$W/time.pipe" "$RCLONE" rcat b:bench/stream || true
+  clean ;;
+*) echo "unknown test $t (big small stream)" >&2; exit 2 ;;
+esac; done
+
+report
