@@ -173,10 +173,12 @@ async fn plan(
     if !recursive {
         bail!("{}: is a directory or prefix (use -r)", src.loc);
     }
-    let prefix = if src.key.is_empty() {
+    // `s3://b/p` and `s3://b/p/` name the same prefix.
+    let base = src.key.trim_end_matches('/');
+    let prefix = if base.is_empty() {
         String::new()
     } else {
-        format!("{}/", src.key)
+        format!("{base}/")
     };
     let listed = src.store.list(&prefix).await?;
     if listed.is_empty() && src.loc.is_remote() {
