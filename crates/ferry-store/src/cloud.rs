@@ -263,18 +263,24 @@ impl Store for CloudStore {
         }
     }
 
-    async fn complete_upload(&self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta) -> Result<()> {
+    async fn complete_upload(
+        &self,
+        up: &Upload,
+        blocks: Vec<BlockId>,
+        meta: &Meta,
+    ) -> Result<Option<String>> {
         match &self.flavor {
-            Flavor::Azure(w) => w.put_block_list(up, &blocks, meta).await,
+            Flavor::Azure(w) => w.put_block_list(up, &blocks, meta).await.map(|()| None),
             Flavor::S3(_) => {
                 let parts = blocks
                     .into_iter()
                     .map(|b| PartId { content_id: b.0 })
                     .collect();
-                self.multipart()
+                let done = self
+                    .multipart()
                     .complete_multipart(&path(&up.key)?, &up.id, parts)
                     .await?;
-                Ok(())
+                Ok(unquote(done.e_tag).filter(|e| is_md5_etag(e)))
             }
         }
     }

@@ -96,8 +96,14 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn put_block(&self, up: &Upload, idx: usize, offset: u64, data: Bytes)
         -> Result<BlockId>;
     /// Makes the object appear, made of `blocks` in order; `meta` is stored where the backend
-    /// takes it at completion.
-    async fn complete_upload(&self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta) -> Result<()>;
+    /// takes it at completion. Returns the digest the store computed for what it assembled,
+    /// when it tells (S3's ETag), so that the caller can check it without another request.
+    async fn complete_upload(
+        &self,
+        up: &Upload,
+        blocks: Vec<BlockId>,
+        meta: &Meta,
+    ) -> Result<Option<String>>;
     /// Discards a session and every block written to it.
     async fn abort_upload(&self, up: &Upload) -> Result<()>;
 }

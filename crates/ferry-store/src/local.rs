@@ -248,9 +248,10 @@ impl Store for LocalStore {
         up: &Upload,
         _blocks: Vec<BlockId>,
         _meta: &Meta,
-    ) -> Result<()> {
+    ) -> Result<Option<String>> {
         let (tmp, dst) = (PathBuf::from(&up.id), self.path(&up.key));
-        blocking(move || publish(&tmp, &dst)).await
+        blocking(move || publish(&tmp, &dst)).await?;
+        Ok(None)
     }
 
     async fn abort_upload(&self, up: &Upload) -> Result<()> {

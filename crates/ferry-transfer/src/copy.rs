@@ -157,23 +157,22 @@ impl Engine {
         let done = self
             .retry(&what, 0, || dst.complete_upload(up, ids.clone(), &meta))
             .await;
-        let info = match done {
-            Ok(()) => {
-                self.retry(&format!("head {}", up.key), 0, || dst.head(&up.key))
-                    .await?
-            }
+        let stored = match done {
+            Ok(digest) => digest,
             // A retried completion finds its upload already completed: look at the object.
-            Err(Error::NotFound(_)) => dst.head(&up.key).await?,
+            Err(Error::NotFound(_)) => {
+                let info = dst.head(&up.key).await?;
+                if info.size != size {
+                    return Err(Error::Checksum(format!(
+                        "{}: the store holds {} bytes, ferry sent {size}",
+                        up.key, info.size
+                    )));
+                }
+                dst.digest(&info)
+            }
             Err(e) => return Err(e),
         };
-        if info.size != size {
-            let _ = dst.delete(&up.key).await;
-            return Err(Error::Checksum(format!(
-                "{}: the store holds {} bytes, ferry sent {size}; removed",
-                up.key, info.size
-            )));
-        }
-        match dst.digest(&info) {
+        match stored {
             Some(stored) if stored != got => {
                 let _ = dst.delete(&up.key).await;
                 Err(Error::Checksum(format!(

