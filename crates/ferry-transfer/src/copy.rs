@@ -14,10 +14,7 @@ pub(crate) fn expected_digest(
     plan: BlockPlan,
 ) -> Option<String> {
     let digest = src.digest(info)?;
-    let written_with = info
-        .meta
-        .get(META_BLOCKS)
-        .and_then(|p| BlockPlan::decode(p));
+    let written_with = BlockPlan::recorded(info);
     let single = plan.blocks(info.size).len() <= 1;
     (written_with == Some(plan) || (single && !digest.contains('-'))).then_some(digest)
 }
@@ -48,11 +45,7 @@ impl Engine {
             .await?;
         let size = info.size;
         progress.add_total(size);
-        let recorded = info
-            .meta
-            .get(META_BLOCKS)
-            .and_then(|p| BlockPlan::decode(p));
-        let plan = match recorded {
+        let plan = match BlockPlan::recorded(&info) {
             // Reading in the blocks the object was written with lets the digest be checked.
             Some(p) if self.cfg.block_size.is_none() && p.fits(size, dst.limits()) => p,
             _ => BlockPlan::for_size(size, dst.limits(), self.cfg.block_size),

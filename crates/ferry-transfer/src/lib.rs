@@ -159,8 +159,9 @@ impl Engine {
     fn finished(&self, bytes: u64, plan: BlockPlan, verified: bool) {
         self.stats.objects.fetch_add(1, Ordering::Relaxed);
         self.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
-        let largest = plan.blocks(bytes).iter().map(|b| b.1).max().unwrap_or(0);
-        self.stats.block_size.fetch_max(largest, Ordering::Relaxed);
+        self.stats
+            .block_size
+            .fetch_max(plan.largest(bytes), Ordering::Relaxed);
         if verified {
             self.stats.verified.fetch_add(1, Ordering::Relaxed);
         }

@@ -3,7 +3,7 @@
 //! A plan is recorded with each object ferry writes (`ferry_blocks` metadata), so that a later
 //! download can read the same blocks and check them against the store's digest.
 
-use ferry_store::Limits;
+use ferry_store::{Limits, ObjectInfo, META_BLOCKS};
 
 const MIB: u64 = 1 << 20;
 /// Default block size: S3's smallest part. Measured on the `wan` bench link (80 ms RTT, 8 MB/s
@@ -87,6 +87,35 @@ impl BlockPlan {
                 .all(|&(_, l)| l >= limits.min_block)
     }
 
+    /// The plan recorded with an object ferry wrote, if any.
+    pub fn recorded(info: &ObjectInfo) -> Option<Self> {
+        info.meta.get(META_BLOCKS).and_then(|p| Self::decode(p))
+    }
+
+    /// Size of the largest block of an object of `size` bytes, without listing the blocks.
+    pub fn largest(&self, size: u64) -> u64 {
+        let mut off = 0;
+        let mut idx = 0;
+        // Fixed plans settle at once; growing ones step a thousand blocks at a time.
+        while off < size {
+            let len = self.block_len(idx);
+            let run = if self.grow_every == 0 {
+                u64::MAX
+            } else {
+                self.grow_every - idx % self.grow_every
+            };
+            let span = len.saturating_mul(run);
+            if size - off <= span {
+                return len
+                    .min(size - off)
+                    .max(if idx > 0 { self.block_len(idx - 1) } else { 0 });
+            }
+            off += span;
+            idx += run;
+        }
+        0
+    }
+
     /// The metadata form: `BASE` or `BASExGROW`.
     pub fn encode(&self) -> String {
         match self.grow_every {
@@ -153,6 +182,24 @@ mod tests {
         let p = BlockPlan::for_stream(S3, None);
         assert!(p.fits(4 << 40, S3));
         assert!(p.fits(10 << 30, S3));
+    }
+
+    #[test]
+    fn largest_block_matches_the_listed_blocks() {
+        let g = BlockPlan {
+            base: 10,
+            grow_every: 2,
+        };
+        let f = BlockPlan {
+            base: 10,
+            grow_every: 0,
+        };
+        for p in [g, f] {
+            for size in [0, 1, 10, 11, 35, 40, 45, 1000] {
+                let listed = p.blocks(size).iter().map(|b| b.1).max().unwrap_or(0);
+                assert_eq!(p.largest(size), listed, "{p:?} {size}");
+            }
+        }
     }
 
     #[test]

@@ -175,11 +175,7 @@ impl Engine {
             max_block: u64::MAX,
             max_blocks: u64::MAX,
         };
-        let plan = match info
-            .meta
-            .get(ferry_store::META_BLOCKS)
-            .and_then(|p| BlockPlan::decode(p))
-        {
+        let plan = match BlockPlan::recorded(&info) {
             Some(p) if self.cfg.block_size.is_none() => p,
             _ => BlockPlan::for_size(info.size, any, self.cfg.block_size),
         };
