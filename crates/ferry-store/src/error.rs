@@ -34,7 +34,8 @@ impl Error {
         matches!(self, Error::Transient(_) | Error::Checksum(_))
     }
 
-    pub(crate) fn io(context: impl fmt::Display, e: std::io::Error) -> Self {
+    /// An I/O error with what was being done, classified by its kind.
+    pub fn io(context: impl fmt::Display, e: std::io::Error) -> Self {
         use std::io::ErrorKind as K;
         let msg = format!("{context}: {e}");
         match e.kind() {

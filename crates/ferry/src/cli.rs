@@ -16,7 +16,7 @@ pub struct Cli {
 }
 
 /// Settings shared by every command.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct Global {
     /// Config file [default: ./ferry.toml, then ~/.config/ferry/ferry.toml]
     #[arg(long, global = true, env = "FERRY_CONFIG")]
@@ -59,6 +59,9 @@ pub struct Global {
         hide_env_values = true
     )]
     pub azure_connection_string: Option<String>,
+    /// Repository (WAL archive, backups): a local directory, s3://bucket/prefix or az://container/prefix.
+    #[arg(long, global = true, env = "FERRY_REPO")]
+    pub repo: Option<String>,
     /// Extra trusted CA certificates (PEM) [default: AWS_CA_BUNDLE or SSL_CERT_FILE].
     #[arg(long, global = true, env = "FERRY_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
@@ -73,6 +76,86 @@ pub enum Command {
     Ls(LsArgs),
     /// Create a bucket (s3://bucket), container (az://container) or directory.
     Mkdir(MkdirArgs),
+    /// Archive one WAL file: archive_command = 'ferry wal-push %p'.
+    WalPush(WalPushArgs),
+    /// Restore one WAL file: restore_command = 'ferry wal-fetch %f %p'.
+    WalFetch(WalFetchArgs),
+    /// What the WAL archive holds, its gaps, and the agent's queue.
+    WalStatus(WalStatusArgs),
+    /// The background agent wal-push and wal-fetch start (not for direct use).
+    #[command(hide = true)]
+    WalAgent(WalAgentArgs),
+}
+
+/// WAL archiving settings, shared by the wal-* commands.
+#[derive(Debug, Args, Clone)]
+pub struct WalArgs {
+    /// Push through the background agent and prefetch on fetch [default: on] (true/false).
+    #[arg(long = "async", env = "FERRY_WAL_ASYNC", value_name = "BOOL")]
+    pub async_: Option<bool>,
+    /// Spool directory for the agent's acks and prefetched files [default: ~/.local/state/ferry/spool/<cluster>].
+    #[arg(long, env = "FERRY_WAL_SPOOL")]
+    pub spool: Option<PathBuf>,
+    /// WAL allowed to wait for archiving before --queue-policy applies (e.g. 4GiB) [default: no limit].
+    #[arg(long, env = "FERRY_WAL_QUEUE_MAX")]
+    pub queue_max: Option<String>,
+    /// Past --queue-max: keep (fail the push, keep the WAL) or drop (ack, record a gap) [default: keep].
+    #[arg(long, env = "FERRY_WAL_QUEUE_POLICY")]
+    pub queue_policy: Option<String>,
+    /// Segments fetched ahead during recovery; 0 turns prefetch off [default: 8].
+    #[arg(long, env = "FERRY_WAL_PREFETCH")]
+    pub prefetch: Option<u64>,
+    /// zstd level; 0 stores WAL uncompressed [default: 1].
+    #[arg(long, env = "FERRY_WAL_COMPRESS_LEVEL")]
+    pub compress_level: Option<i32>,
+    /// WAL files the agent pushes at once [default: 8].
+    #[arg(long, env = "FERRY_WAL_PARALLEL")]
+    pub parallel: Option<usize>,
+    /// How long wal-push waits for the agent before failing [default: 60s].
+    #[arg(long, env = "FERRY_WAL_PUSH_TIMEOUT")]
+    pub push_timeout: Option<String>,
+}
+
+/// `ferry wal-push`.
+#[derive(Debug, Args)]
+pub struct WalPushArgs {
+    /// The WAL file (%p).
+    pub path: PathBuf,
+    #[command(flatten)]
+    pub wal: WalArgs,
+}
+
+/// `ferry wal-fetch`.
+#[derive(Debug, Args)]
+pub struct WalFetchArgs {
+    /// The WAL file's name (%f).
+    pub name: String,
+    /// Where to write it (%p).
+    pub dest: PathBuf,
+    #[command(flatten)]
+    pub wal: WalArgs,
+}
+
+/// `ferry wal-status`.
+#[derive(Debug, Args)]
+pub struct WalStatusArgs {
+    /// The cluster's data directory, to report the agent's queue too.
+    #[arg(long, short = 'D', env = "PGDATA")]
+    pub pgdata: Option<PathBuf>,
+    #[command(flatten)]
+    pub wal: WalArgs,
+}
+
+/// `ferry wal-agent`.
+#[derive(Debug, Args)]
+pub struct WalAgentArgs {
+    /// push or fetch.
+    pub role: String,
+    /// The cluster's data directory.
+    #[arg(long)]
+    pub pgdata: PathBuf,
+    #[command(flatten)]
+    pub wal: WalArgs,
 }
 
 /// `ferry cp`.

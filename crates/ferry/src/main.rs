@@ -43,10 +43,12 @@ impl Output {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, agent: bool) {
     // Other crates' logs only on request: rustls, say, logs a refused certificate at ERROR,
     // which ferry already reports as its one error line.
     let default = match verbose {
+        // An agent's log is its only voice: what it pushed, fetched and failed on.
+        0 if agent => "off,ferry=warn,ferry_wal=info,ferry_transfer=warn,ferry_store=warn",
         0 => "off,ferry=warn,ferry_transfer=warn,ferry_store=warn",
         1 => "warn,ferry=info,ferry_transfer=debug,ferry_store=debug",
         _ => "debug",
@@ -71,6 +73,14 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Cp(args) => cmd::cp::run(args, &mut stores, &engine, &out).await,
         Command::Ls(args) => cmd::ls::ls(&args.url, &mut stores, &out).await,
         Command::Mkdir(args) => cmd::ls::mkdir(&args.url, &mut stores, &out).await,
+        Command::WalPush(args) => {
+            cmd::wal::push_cmd(args, &cli.global, &mut stores, &engine, &out).await
+        }
+        Command::WalFetch(args) => {
+            cmd::wal::fetch_cmd(args, &cli.global, &mut stores, &engine, &out).await
+        }
+        Command::WalStatus(args) => cmd::wal::status_cmd(args, &mut stores, &engine, &out).await,
+        Command::WalAgent(args) => cmd::wal::agent_cmd(args, &mut stores, &engine).await,
     }
 }
 
@@ -88,7 +98,10 @@ fn pin_mmap_threshold() {
 fn main() -> ExitCode {
     pin_mmap_threshold();
     let cli = Cli::parse();
-    init_logging(cli.global.verbose);
+    init_logging(
+        cli.global.verbose,
+        matches!(cli.command, Command::WalAgent(_)),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

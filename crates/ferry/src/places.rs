@@ -52,6 +52,11 @@ impl Stores {
         }
     }
 
+    /// The settings stores are opened with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     pub fn open(&mut self, raw: &str) -> Result<Place> {
         let loc = Location::parse(raw)?;
         let dir_hint = raw.ends_with('/');

@@ -9,7 +9,8 @@ use ferry_store::cloud::{AzureConfig, S3Config};
 use ferry_transfer::{EngineConfig, RetryPolicy};
 use serde::Deserialize;
 
-use crate::cli::Global;
+use crate::cli::{Global, WalArgs};
+use ferry_wal::push::QueuePolicy;
 
 /// The `ferry.toml` file.
 #[derive(Debug, Default, Deserialize)]
@@ -21,6 +22,9 @@ struct File {
     timeout: Option<String>,
     retries: Option<u32>,
     ca_cert: Option<PathBuf>,
+    repo: Option<String>,
+    #[serde(default)]
+    wal: WalFile,
     #[serde(default)]
     s3: S3File,
     #[serde(default)]
@@ -45,12 +49,96 @@ struct AzureFile {
     endpoint: Option<String>,
 }
 
+/// The `[wal]` table of `ferry.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WalFile {
+    #[serde(rename = "async")]
+    async_: Option<bool>,
+    spool: Option<PathBuf>,
+    queue_max: Option<String>,
+    queue_policy: Option<String>,
+    prefetch: Option<u64>,
+    compress_level: Option<i32>,
+    parallel: Option<usize>,
+    push_timeout: Option<String>,
+}
+
+/// WAL settings resolved for one cluster.
+#[derive(Debug, Clone)]
+pub struct Wal {
+    pub async_: bool,
+    pub spool: PathBuf,
+    pub queue_max: Option<u64>,
+    pub policy: QueuePolicy,
+    pub prefetch: u64,
+    pub compress_level: i32,
+    pub parallel: usize,
+    pub push_timeout: Duration,
+}
+
+impl Settings {
+    /// The WAL settings for the cluster whose data directory is `pgdata`.
+    pub fn wal(&self, args: &WalArgs, pgdata: &Path) -> Result<Wal> {
+        let f = &self.wal_file;
+        let spool = match args.spool.clone().or(f.spool.clone()) {
+            Some(p) => p,
+            None => {
+                let state = std::env::var_os("XDG_STATE_HOME")
+                    .map(PathBuf::from)
+                    .or_else(|| {
+                        std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state"))
+                    })
+                    .context("no spool: set --spool (HOME is not set)")?;
+                let id = std::fs::canonicalize(pgdata).unwrap_or_else(|_| pgdata.to_path_buf());
+                let hash = blake3::hash(id.as_os_str().as_encoded_bytes()).to_hex();
+                state.join("ferry/spool").join(&hash.as_str()[..16])
+            }
+        };
+        let policy = match args.queue_policy.as_deref().or(f.queue_policy.as_deref()) {
+            None | Some("keep") => QueuePolicy::Keep,
+            Some("drop") => QueuePolicy::Drop,
+            Some(o) => bail!("bad queue policy '{o}': use keep or drop"),
+        };
+        let queue_max = args
+            .queue_max
+            .as_ref()
+            .or(f.queue_max.as_ref())
+            .map(|s| parse_size(s))
+            .transpose()?;
+        let parallel = args.parallel.or(f.parallel).unwrap_or(8);
+        if parallel == 0 {
+            bail!("parallel must be at least 1");
+        }
+        let compress_level = args.compress_level.or(f.compress_level).unwrap_or(1);
+        if !(0..=19).contains(&compress_level) {
+            bail!("bad compress level {compress_level}: use 0 (off) to 19");
+        }
+        Ok(Wal {
+            async_: args.async_.or(f.async_).unwrap_or(true),
+            spool,
+            queue_max,
+            policy,
+            prefetch: args.prefetch.or(f.prefetch).unwrap_or(8),
+            compress_level,
+            parallel,
+            push_timeout: match args.push_timeout.as_ref().or(f.push_timeout.as_ref()) {
+                Some(t) => parse_duration(t)?,
+                None => Duration::from_secs(60),
+            },
+        })
+    }
+}
+
 /// Everything a command needs to open stores and run the engine.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub engine: EngineConfig,
     pub s3: S3Config,
     pub azure: AzureConfig,
+    /// The repository: `--repo`, `FERRY_REPO` or `repo` in ferry.toml.
+    pub repo: Option<String>,
+    wal_file: WalFile,
 }
 
 fn load_file(explicit: Option<&Path>) -> Result<File> {
@@ -157,7 +245,13 @@ impl Settings {
         azure.key = f.key.or(azure.key);
         azure.endpoint = f.endpoint.or(azure.endpoint);
         azure.ca_cert = ca_cert.or(azure.ca_cert);
-        Ok(Self { engine, s3, azure })
+        Ok(Self {
+            engine,
+            s3,
+            azure,
+            repo: g.repo.clone().or(file.repo),
+            wal_file: file.wal,
+        })
     }
 }
 

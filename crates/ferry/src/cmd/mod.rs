@@ -2,3 +2,4 @@
 
 pub mod cp;
 pub mod ls;
+pub mod wal;

@@ -1,0 +1,161 @@
+//! The push agent: one per cluster, it reads `pg_wal/archive_status/*.ready` ahead of
+//! PostgreSQL's archiver, pushes many files at once over the engine's shared connections,
+//! and acks each in the spool only after the store confirmed it.
+//!
+//! It keeps no state that a `kill -9` could lose: the spool's acks are fsynced after the
+//! store confirmed, a file pushed but not acked is pushed again (and found already
+//! archived), and the lock is the kernel's.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_store::Result;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use crate::archive::{Archive, Gap};
+use crate::name::WalName;
+use crate::push::{push_file, queued};
+use crate::spool::Spool;
+
+/// How often the agent looks at `archive_status` while it has nothing in flight.
+const POLL: Duration = Duration::from_millis(10);
+
+/// The push agent's settings.
+#[derive(Debug)]
+pub struct PushAgent {
+    /// Where WAL goes.
+    pub archive: Arc<Archive>,
+    /// Where acks go.
+    pub spool: Spool,
+    /// The cluster's `pg_wal` directory.
+    pub pg_wal: PathBuf,
+    /// WAL files in flight at once.
+    pub parallel: usize,
+    /// Exit after this long with nothing to do.
+    pub idle: Duration,
+}
+
+impl PushAgent {
+    /// Runs until idle; returns at once when another agent holds the spool.
+    pub async fn run(self) -> Result<()> {
+        let Some(_lock) = self.spool.try_lock("push")? else {
+            return Ok(());
+        };
+        info!(pg_wal = %self.pg_wal.display(), archive = %self.archive.url(), "push agent up");
+        let mut tasks: JoinSet<(String, Result<String>)> = JoinSet::new();
+        let mut inflight: HashSet<String> = HashSet::new();
+        let mut last_work = Instant::now();
+        let mut last_sweep = Instant::now();
+        loop {
+            while let Some(done) = tasks.try_join_next() {
+                let (name, res) = done.expect("push task panicked");
+                inflight.remove(&name);
+                self.settle(&name, res);
+            }
+            if !self.pg_wal.is_dir() {
+                info!("pg_wal is gone; agent exits");
+                break;
+            }
+            self.record_gaps().await;
+            let queue = queued(&self.pg_wal)?;
+            let mut waiting = false;
+            for name in &queue {
+                let n = name.as_str();
+                if inflight.contains(n)
+                    || self.spool.acked(n)
+                    || self.spool.failed(n)
+                    || self.spool.path(&format!("gaps/{n}")).exists()
+                {
+                    continue;
+                }
+                waiting = true;
+                if tasks.len() >= self.parallel {
+                    break;
+                }
+                inflight.insert(n.to_string());
+                let archive = self.archive.clone();
+                let path = self.pg_wal.join(n);
+                let name = n.to_string();
+                tasks.spawn(async move {
+                    let res = push_file(&archive, &path)
+                        .await
+                        .map(|p| p.header().hash_hex());
+                    (name, res)
+                });
+            }
+            if last_sweep.elapsed() > Duration::from_secs(1) {
+                self.sweep(&queue);
+                last_sweep = Instant::now();
+            }
+            if waiting || !tasks.is_empty() {
+                last_work = Instant::now();
+            } else if last_work.elapsed() > self.idle {
+                info!("idle; agent exits");
+                break;
+            }
+            if tasks.is_empty() {
+                tokio::time::sleep(POLL).await;
+            } else {
+                tokio::select! {
+                    Some(done) = tasks.join_next() => {
+                        let (name, res) = done.expect("push task panicked");
+                        inflight.remove(&name);
+                        self.settle(&name, res);
+                    }
+                    _ = tokio::time::sleep(POLL) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn settle(&self, name: &str, res: Result<String>) {
+        let recorded = match res {
+            Ok(hash) => self.spool.ack(name, &hash),
+            Err(e) => {
+                warn!("{name}: {e}");
+                self.spool.fail(name, &e.to_string())
+            }
+        };
+        if let Err(e) = recorded {
+            // Without an ack wal-push times out and PostgreSQL retries: nothing is lost.
+            warn!("{name}: cannot record the result: {e}");
+        }
+    }
+
+    /// Acks outlive their use once PostgreSQL marked the file done.
+    fn sweep(&self, queue: &[WalName]) {
+        let live: HashSet<&str> = queue.iter().map(|n| n.as_str()).collect();
+        for f in self.spool.names("out").unwrap_or_default() {
+            let Some((name, _)) = f.rsplit_once('.') else {
+                continue;
+            };
+            if !live.contains(name) {
+                let _ = std::fs::remove_file(self.spool.path(&format!("out/{f}")));
+            }
+        }
+    }
+
+    /// Moves gaps the drop policy recorded locally into the archive.
+    async fn record_gaps(&self) {
+        for name in self.spool.names("gaps").unwrap_or_default() {
+            let path = self.spool.path(&format!("gaps/{name}"));
+            let Ok(body) = std::fs::read(&path) else {
+                continue;
+            };
+            let Ok(gap) = serde_json::from_slice::<Gap>(&body) else {
+                warn!("{}: unreadable gap record", path.display());
+                continue;
+            };
+            match self.archive.record_gap(&gap).await {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(e) => warn!("{name}: cannot record the gap in the archive yet: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! The WAL archive in a store: one object per WAL file under `<root>/wal/`, the cluster it
+//! belongs to in `wal/cluster.json`, and drop-policy gaps in `wal/gaps/`.
+
+use std::sync::Arc;
+
+use ferry_store::{Error, ObjectInfo, Result};
+use ferry_transfer::{Class, Engine, NoProgress, SharedStore};
+use serde::{Deserialize, Serialize};
+use tokio::sync::OnceCell;
+
+use crate::envelope::{self, Header, HEADER_LEN};
+use crate::name::{Kind, WalName};
+use crate::page;
+
+/// Which cluster an archive belongs to; written by the first push.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cluster {
+    /// Layout version of the archive.
+    pub format: u32,
+    /// PostgreSQL's system identifier (a string: it does not fit JSON's doubles).
+    pub system_id: String,
+    /// WAL segment size in bytes.
+    pub seg_size: u64,
+}
+
+/// What a push did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    /// Stored now; `bytes` went to the store.
+    Stored {
+        /// Checksum and length of the original.
+        header: Header,
+        /// Archived size (header and compressed payload).
+        bytes: u64,
+    },
+    /// The archive already held this file with the same content.
+    AlreadyArchived(Header),
+}
+
+impl Pushed {
+    /// The original's checksum and length.
+    pub fn header(&self) -> &Header {
+        match self {
+            Pushed::Stored { header, .. } | Pushed::AlreadyArchived(header) => header,
+        }
+    }
+}
+
+/// A gap the drop policy left in the archive: PITR cannot cross it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gap {
+    /// The WAL file that was acknowledged to PostgreSQL without being archived.
+    pub name: String,
+    /// Why, with the queue figures at the time.
+    pub reason: String,
+    /// When, as seconds since the Unix epoch.
+    pub unix_time: u64,
+}
+
+/// The archive for one cluster.
+#[derive(Debug)]
+pub struct Archive {
+    store: SharedStore,
+    root: String,
+    engine: Engine,
+    level: i32,
+    cluster: OnceCell<Cluster>,
+}
+
+impl Archive {
+    /// The archive under `root` (a key prefix, possibly empty) of `store`; WAL is compressed
+    /// with zstd at `level` (0: not compressed).
+    pub fn new(store: SharedStore, root: &str, engine: Engine, level: i32) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            root: root.trim_matches('/').to_string(),
+            engine,
+            level,
+            cluster: OnceCell::new(),
+        })
+    }
+
+    fn key(&self, rel: &str) -> String {
+        if self.root.is_empty() {
+            format!("wal/{rel}")
+        } else {
+            format!("{}/wal/{rel}", self.root)
+        }
+    }
+
+    /// Where the archive lives, for messages.
+    pub fn url(&self) -> String {
+        let base = self.store.url();
+        let base = base.trim_end_matches('/');
+        if self.root.is_empty() {
+            base.to_string()
+        } else if base.is_empty() {
+            format!("/{}", self.root)
+        } else {
+            format!("{base}/{}", self.root)
+        }
+    }
+
+    /// The engine the archive moves bytes with.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    async fn read_all(&self, key: &str) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.engine
+            .download(&self.store, key, &mut out, Class::Urgent, &NoProgress)
+            .await?;
+        Ok(out)
+    }
+
+    /// The cluster this archive belongs to, if anything was pushed yet.
+    pub async fn cluster(&self) -> Result<Option<Cluster>> {
+        if let Some(c) = self.cluster.get() {
+            return Ok(Some(c.clone()));
+        }
+        match self.read_all(&self.key("cluster.json")).await {
+            Ok(b) => {
+                let c: Cluster = serde_json::from_slice(&b)
+                    .map_err(|e| Error::Invalid(format!("{}/wal/cluster.json: {e}", self.url())))?;
+                let _ = self.cluster.set(c.clone());
+                Ok(Some(c))
+            }
+            Err(Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Claims the archive for the cluster of `seg`, or refuses a segment of another cluster.
+    async fn claim(&self, seg: page::SegmentHeader) -> Result<()> {
+        let mine = Cluster {
+            format: 1,
+            system_id: seg.system_id.to_string(),
+            seg_size: seg.seg_size,
+        };
+        match self.cluster().await? {
+            Some(c) if c == mine => Ok(()),
+            Some(c) => Err(Error::Invalid(format!(
+                "archive {} belongs to PostgreSQL cluster {} (segment size {}), but this WAL \
+                 comes from cluster {} (segment size {}): give each cluster its own --repo",
+                self.url(),
+                c.system_id,
+                c.seg_size,
+                mine.system_id,
+                mine.seg_size
+            ))),
+            None => {
+                let body = serde_json::to_vec_pretty(&mine).expect("serializable");
+                let key = self.key("cluster.json");
+                self.engine
+                    .upload(
+                        &body[..],
+                        &self.store,
+                        &key,
+                        Class::Urgent,
+                        Arc::new(NoProgress),
+                    )
+                    .await?;
+                let _ = self.cluster.set(mine);
+                Ok(())
+            }
+        }
+    }
+
+    /// The header of the archived `name`, or `NotFound`.
+    pub async fn peek(&self, name: &WalName) -> Result<Header> {
+        let key = self.key(&name.key());
+        let head = self.store.get_range(&key, 0..HEADER_LEN as u64).await;
+        match head {
+            Ok(b) => Header::parse(&b, &format!("{}/wal/{}", self.url(), name.key())),
+            // Shorter than a header: present but corrupt.
+            Err(Error::Invalid(_)) => Err(Error::Checksum(format!(
+                "{}/wal/{}: truncated",
+                self.url(),
+                name.key()
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Archives `data` as `name`. Succeeds without writing when the archive already holds the
+    /// same content; refuses to replace different content.
+    pub async fn push(&self, name: &WalName, data: Vec<u8>) -> Result<Pushed> {
+        if matches!(name.kind(), Kind::Segment | Kind::Partial) {
+            self.claim(page::read(name, &data)?).await?;
+        }
+        let level = self.level;
+        let sealing = tokio::task::spawn_blocking(move || envelope::seal(&data, level));
+        // The existence check's round trip overlaps compression.
+        let (existing, sealed) = tokio::join!(self.peek(name), sealing);
+        let (header, obj) = sealed.map_err(|e| Error::Permanent(format!("compress: {e}")))??;
+        match existing {
+            Ok(h) if h.same_content(&header) => return Ok(Pushed::AlreadyArchived(header)),
+            Ok(_) => {
+                return Err(Error::AlreadyExists(format!(
+                    "{name} is already in archive {} with different content; refusing to \
+                     overwrite it (is another cluster archiving to the same --repo?)",
+                    self.url()
+                )))
+            }
+            Err(Error::NotFound(_)) => {}
+            // A corrupt archived copy is replaced by a good one.
+            Err(Error::Checksum(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let key = self.key(&name.key());
+        let bytes = self
+            .engine
+            .upload(
+                &obj[..],
+                &self.store,
+                &key,
+                Class::Urgent,
+                Arc::new(NoProgress),
+            )
+            .await?;
+        Ok(Pushed::Stored { header, bytes })
+    }
+
+    /// The original bytes of `name`, checked against their checksum; `NotFound` when the
+    /// archive does not hold it.
+    pub async fn fetch(&self, name: &WalName) -> Result<Vec<u8>> {
+        let key = self.key(&name.key());
+        let obj = self.read_all(&key).await?;
+        let what = format!("{}/wal/{}", self.url(), name.key());
+        let (_, data) = tokio::task::spawn_blocking(move || envelope::open(&obj, &what))
+            .await
+            .map_err(|e| Error::Permanent(format!("decompress: {e}")))??;
+        Ok(data)
+    }
+
+    /// Every archived WAL file with its object, sorted by key.
+    pub async fn list(&self) -> Result<Vec<(WalName, ObjectInfo)>> {
+        let prefix = self.key("");
+        let mut out = Vec::new();
+        for info in self.store.list(&prefix).await? {
+            let rel = &info.key[prefix.len()..];
+            if rel.starts_with("gaps/") {
+                continue;
+            }
+            if let Some(file) = rel.rsplit('/').next() {
+                if let Ok(n) = WalName::parse(file) {
+                    out.push((n, info));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records in the archive that `gap.name` was acknowledged without being archived.
+    pub async fn record_gap(&self, gap: &Gap) -> Result<()> {
+        let body = serde_json::to_vec_pretty(gap).expect("serializable");
+        let key = self.key(&format!("gaps/{}", gap.name));
+        self.engine
+            .upload(
+                &body[..],
+                &self.store,
+                &key,
+                Class::Urgent,
+                Arc::new(NoProgress),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Every gap recorded in the archive.
+    pub async fn gaps(&self) -> Result<Vec<Gap>> {
+        let mut out = Vec::new();
+        for info in self.store.list(&self.key("gaps/")).await? {
+            let b = self.read_all(&info.key).await?;
+            out.push(
+                serde_json::from_slice(&b)
+                    .map_err(|e| Error::Invalid(format!("{}: {e}", info.key)))?,
+            );
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,218 @@
+//! `wal-fetch`: what `restore_command` runs, and the prefetch agent that fetches the next
+//! segments in parallel into the spool while PostgreSQL replays.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_store::{Error, Result};
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use crate::archive::Archive;
+use crate::name::{Kind, WalName};
+use crate::spool::Spool;
+
+/// A file the archive lacks is asked for again after this long: PostgreSQL may still be
+/// archiving it on the primary.
+const MISSING_RETRY: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(10);
+
+/// Writes `data` to `dest` atomically: a temp name in the same directory, then rename.
+/// No fsync: PostgreSQL reads the file at once, and asks again after a crash.
+pub fn write_atomic(dest: &Path, data: &[u8]) -> Result<()> {
+    let dir = dest
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file = dest
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{file}.ferry-tmp{}", std::process::id()));
+    let res = fs::write(&tmp, data).and_then(|_| fs::rename(&tmp, dest));
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    res.map_err(|e| Error::io(format!("wal-fetch {}", dest.display()), e))
+}
+
+/// Fetches `name` from the archive into `dest`, verified.
+pub async fn fetch_to(archive: &Archive, name: &WalName, dest: &Path) -> Result<()> {
+    let data = archive.fetch(name).await?;
+    write_atomic(dest, &data)
+}
+
+/// Hands over `name` from the spool if the prefetch agent has it (waiting up to `wait` while
+/// it is being fetched); false when it must be fetched directly.
+pub fn take_prefetched(spool: &Spool, name: &WalName, dest: &Path, wait: Duration) -> Result<bool> {
+    let ready = spool.path(&format!("in/{name}"));
+    let part = spool.path(&format!("in/.{name}.part"));
+    let started = Instant::now();
+    while !ready.exists() && part.exists() && started.elapsed() < wait {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    match fs::rename(&ready, dest) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        // Another filesystem: copy, then drop the spooled file.
+        Err(e) if e.raw_os_error() == Some(libc_exdev()) => {
+            let data = fs::read(&ready).map_err(|e| Error::io("wal-fetch spool", e))?;
+            write_atomic(dest, &data)?;
+            let _ = fs::remove_file(&ready);
+            Ok(true)
+        }
+        Err(e) => Err(Error::io(format!("wal-fetch {}", dest.display()), e)),
+    }
+}
+
+fn libc_exdev() -> i32 {
+    18 // EXDEV on Linux and the BSDs
+}
+
+/// Tells the prefetch agent which file PostgreSQL asked for last.
+pub fn want(spool: &Spool, name: &WalName) -> Result<()> {
+    let p = spool.path("in/want");
+    let tmp = spool.path("in/.want.tmp");
+    fs::write(&tmp, name.as_str())
+        .and_then(|_| fs::rename(&tmp, &p))
+        .map_err(|e| Error::io(format!("spool {}", p.display()), e))
+}
+
+/// The prefetch agent's settings.
+#[derive(Debug)]
+pub struct FetchAgent {
+    /// Where WAL comes from.
+    pub archive: Arc<Archive>,
+    /// Where prefetched files wait.
+    pub spool: Spool,
+    /// Segments fetched ahead of the one PostgreSQL asked for.
+    pub depth: u64,
+    /// Exit after this long without a request.
+    pub idle: Duration,
+}
+
+impl FetchAgent {
+    /// Runs until PostgreSQL stops asking; returns at once when another agent holds the spool.
+    pub async fn run(self) -> Result<()> {
+        let Some(_lock) = self.spool.try_lock("fetch")? else {
+            return Ok(());
+        };
+        let Some(cluster) = self.archive.cluster().await? else {
+            return Ok(()); // an empty archive: nothing to look ahead in
+        };
+        let seg_size = cluster.seg_size;
+        // Leftovers of an agent killed mid-fetch.
+        for f in fs::read_dir(self.spool.path("in"))
+            .map_err(|e| Error::io("spool in", e))?
+            .flatten()
+        {
+            if f.file_name().to_string_lossy().ends_with(".part") {
+                let _ = fs::remove_file(f.path());
+            }
+        }
+        info!(archive = %self.archive.url(), depth = self.depth, "prefetch agent up");
+        let mut tasks: JoinSet<(String, Result<()>)> = JoinSet::new();
+        let mut inflight: HashSet<String> = HashSet::new();
+        let mut missing: HashMap<String, Instant> = HashMap::new();
+        let mut last_want = String::new();
+        let mut last_change = Instant::now();
+        loop {
+            while let Some(done) = tasks.try_join_next() {
+                let (name, res) = done.expect("fetch task panicked");
+                inflight.remove(&name);
+                match res {
+                    Ok(()) => {}
+                    Err(Error::NotFound(_)) => {
+                        missing.insert(name, Instant::now());
+                    }
+                    Err(e) => warn!("prefetch {name}: {e}"),
+                }
+            }
+            let wanted = fs::read_to_string(self.spool.path("in/want")).unwrap_or_default();
+            if wanted != last_want {
+                last_want = wanted.clone();
+                last_change = Instant::now();
+            } else if tasks.is_empty() && last_change.elapsed() > self.idle {
+                info!("no requests; prefetch agent exits");
+                break;
+            }
+            let targets: Vec<WalName> = match WalName::parse(wanted.trim()) {
+                Ok(w) if w.kind() == Kind::Segment => {
+                    let mut v = Vec::new();
+                    let mut n = w.clone();
+                    for _ in 0..self.depth {
+                        n = n.next(seg_size);
+                        v.push(n.clone());
+                    }
+                    v
+                }
+                _ => Vec::new(),
+            };
+            let keep: HashSet<&str> = targets.iter().map(|n| n.as_str()).collect();
+            self.clean(&keep);
+            for t in &targets {
+                let n = t.as_str();
+                let recently_missing = missing
+                    .get(n)
+                    .is_some_and(|at| at.elapsed() < MISSING_RETRY);
+                if inflight.contains(n)
+                    || recently_missing
+                    || self.spool.path(&format!("in/{n}")).exists()
+                {
+                    continue;
+                }
+                inflight.insert(n.to_string());
+                let archive = self.archive.clone();
+                let spool = self.spool.clone();
+                let t = t.clone();
+                tasks.spawn(async move {
+                    // The empty .part says "coming" to a wal-fetch that arrives meanwhile.
+                    let part = spool.path(&format!("in/.{t}.part"));
+                    let res = async {
+                        fs::File::create(&part).map_err(|e| Error::io("spool in", e))?;
+                        let data = archive.fetch(&t).await?;
+                        let io = |e| Error::io("spool in", e);
+                        let mut f = fs::File::create(&part).map_err(io)?;
+                        f.write_all(&data).and_then(|_| f.sync_all()).map_err(io)?;
+                        fs::rename(&part, spool.path(&format!("in/{t}"))).map_err(io)
+                    }
+                    .await;
+                    if res.is_err() {
+                        let _ = fs::remove_file(&part);
+                    }
+                    (t.to_string(), res)
+                });
+            }
+            if tasks.is_empty() {
+                tokio::time::sleep(POLL).await;
+            } else {
+                tokio::select! {
+                    Some(done) = tasks.join_next() => {
+                        let (name, res) = done.expect("fetch task panicked");
+                        inflight.remove(&name);
+                        match res {
+                            Ok(()) => {}
+                            Err(Error::NotFound(_)) => { missing.insert(name, Instant::now()); }
+                            Err(e) => warn!("prefetch {name}: {e}"),
+                        }
+                    }
+                    _ = tokio::time::sleep(POLL) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes prefetched files PostgreSQL will not ask for: behind it, or on another timeline.
+    fn clean(&self, keep: &HashSet<&str>) {
+        for f in self.spool.names("in").unwrap_or_default() {
+            if f != "want" && !keep.contains(f.as_str()) {
+                let _ = fs::remove_file(self.spool.path(&format!("in/{f}")));
+            }
+        }
+    }
+}

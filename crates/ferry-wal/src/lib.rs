@@ -1,0 +1,23 @@
+//! ferry's PostgreSQL WAL archive.
+//!
+//! `archive_command = 'ferry wal-push %p'` and `restore_command = 'ferry wal-fetch %f %p'`
+//! land here. One object per WAL file, compressed and checksummed ([`envelope`]), in an
+//! [`Archive`] that knows which cluster it belongs to. Pushes go through the transfer engine's
+//! urgent class, either one at a time ([`push::push_file`]) or through the [`agent`] that
+//! pushes ahead of PostgreSQL and acks in the [`spool`]. Fetches can be served from the
+//! spool by the prefetch agent ([`fetch`]). The layout is written down in `docs/wal.md`.
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod archive;
+pub mod envelope;
+pub mod fetch;
+pub mod name;
+pub mod page;
+pub mod push;
+pub mod spool;
+pub mod status;
+
+pub use archive::{Archive, Cluster, Gap, Pushed};
+pub use name::{Kind, WalName};
+pub use spool::Spool;
