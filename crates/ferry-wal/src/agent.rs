@@ -47,6 +47,8 @@ impl PushAgent {
         info!(pg_wal = %self.pg_wal.display(), archive = %self.archive.url(), "push agent up");
         let mut tasks: JoinSet<(String, Result<String>)> = JoinSet::new();
         let mut inflight: HashSet<String> = HashSet::new();
+        // Files the drop policy gave up on: PostgreSQL may not have marked them done yet.
+        let mut dropped: HashSet<String> = HashSet::new();
         let mut last_work = Instant::now();
         let mut last_sweep = Instant::now();
         loop {
@@ -59,12 +61,13 @@ impl PushAgent {
                 info!("pg_wal is gone; agent exits");
                 break;
             }
-            self.record_gaps().await;
+            dropped.extend(self.record_gaps().await);
             let queue = queued(&self.pg_wal)?;
             let mut waiting = false;
             for name in &queue {
                 let n = name.as_str();
                 if inflight.contains(n)
+                    || dropped.contains(n)
                     || self.spool.acked(n)
                     || self.spool.failed(n)
                     || self.spool.path(&format!("gaps/{n}")).exists()
@@ -139,8 +142,9 @@ impl PushAgent {
         }
     }
 
-    /// Moves gaps the drop policy recorded locally into the archive.
-    async fn record_gaps(&self) {
+    /// Moves gaps the drop policy recorded locally into the archive; returns their names.
+    async fn record_gaps(&self) -> Vec<String> {
+        let mut recorded = Vec::new();
         for name in self.spool.names("gaps").unwrap_or_default() {
             let path = self.spool.path(&format!("gaps/{name}"));
             let Ok(body) = std::fs::read(&path) else {
@@ -152,10 +156,13 @@ impl PushAgent {
             };
             match self.archive.record_gap(&gap).await {
                 Ok(()) => {
+                    warn!("{name}: recorded in the archive as a gap: {}", gap.reason);
                     let _ = std::fs::remove_file(&path);
+                    recorded.push(name);
                 }
                 Err(e) => warn!("{name}: cannot record the gap in the archive yet: {e}"),
             }
         }
+        recorded
     }
 }

@@ -124,13 +124,7 @@ impl FetchAgent {
             while let Some(done) = tasks.try_join_next() {
                 let (name, res) = done.expect("fetch task panicked");
                 inflight.remove(&name);
-                match res {
-                    Ok(()) => {}
-                    Err(Error::NotFound(_)) => {
-                        missing.insert(name, Instant::now());
-                    }
-                    Err(e) => warn!("prefetch {name}: {e}"),
-                }
+                self.settle(name, res, &mut missing);
             }
             let wanted = fs::read_to_string(self.spool.path("in/want")).unwrap_or_default();
             if wanted != last_want {
@@ -194,17 +188,23 @@ impl FetchAgent {
                     Some(done) = tasks.join_next() => {
                         let (name, res) = done.expect("fetch task panicked");
                         inflight.remove(&name);
-                        match res {
-                            Ok(()) => {}
-                            Err(Error::NotFound(_)) => { missing.insert(name, Instant::now()); }
-                            Err(e) => warn!("prefetch {name}: {e}"),
-                        }
+                        self.settle(name, res, &mut missing);
                     }
                     _ = tokio::time::sleep(POLL) => {}
                 }
             }
         }
         Ok(())
+    }
+
+    fn settle(&self, name: String, res: Result<()>, missing: &mut HashMap<String, Instant>) {
+        match res {
+            Ok(()) => info!("prefetched {name}"),
+            Err(Error::NotFound(_)) => {
+                missing.insert(name, Instant::now());
+            }
+            Err(e) => warn!("prefetch {name}: {e}"),
+        }
     }
 
     /// Removes prefetched files PostgreSQL will not ask for: behind it, or on another timeline.

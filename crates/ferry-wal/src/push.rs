@@ -127,6 +127,10 @@ pub fn push_via_agent(
                     };
                     let body = serde_json::to_vec(&gap).expect("serializable");
                     write_durable(&spool.path(&format!("gaps/{name}")), &body)?;
+                    // The agent carries the gap into the archive.
+                    if !spool.locked("push")? {
+                        start_agent()?;
+                    }
                     Ok(Handed::Dropped(gap))
                 }
             };
