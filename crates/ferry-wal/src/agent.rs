@@ -57,11 +57,11 @@ impl PushAgent {
                 inflight.remove(&name);
                 self.settle(&name, res);
             }
+            dropped.extend(self.record_gaps().await);
             if !self.pg_wal.is_dir() {
                 info!("pg_wal is gone; agent exits");
                 break;
             }
-            dropped.extend(self.record_gaps().await);
             let queue = queued(&self.pg_wal)?;
             let mut waiting = false;
             for name in &queue {

@@ -175,7 +175,7 @@ impl Archive {
             Ok(b) => Header::parse(&b, &format!("{}/wal/{}", self.url(), name.key())),
             // Shorter than a header: present but corrupt.
             Err(Error::Invalid(_)) => Err(Error::Checksum(format!(
-                "{}/wal/{}: truncated",
+                "{}/wal/{}: corrupted in the archive: truncated",
                 self.url(),
                 name.key()
             ))),

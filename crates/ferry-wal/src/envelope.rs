@@ -79,7 +79,8 @@ impl Header {
 
     /// Parses the first [`HEADER_LEN`] bytes of an archived object; `what` names it in errors.
     pub fn parse(b: &[u8], what: &str) -> Result<Self> {
-        let corrupt = |why: &str| Error::Checksum(format!("{what}: {why}"));
+        let corrupt =
+            |why: &str| Error::Checksum(format!("{what}: corrupted in the archive: {why}"));
         if b.len() < HEADER_LEN || &b[..8] != MAGIC {
             return Err(corrupt("not a ferry WAL object (bad header)"));
         }
@@ -140,8 +141,11 @@ pub fn open(obj: &[u8], what: &str) -> Result<(Header, Vec<u8>)> {
     let payload = &obj[HEADER_LEN..];
     let data = match header.compression {
         Compression::None => payload.to_vec(),
-        Compression::Zstd => zstd::bulk::decompress(payload, header.len as usize)
-            .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))?,
+        Compression::Zstd => zstd::bulk::decompress(payload, header.len as usize).map_err(|e| {
+            Error::Checksum(format!(
+                "{what}: corrupted in the archive (does not decompress: {e})"
+            ))
+        })?,
     };
     if !header.same_content(&Header::of(&data)) {
         return Err(Error::Checksum(format!(

@@ -151,9 +151,9 @@ pub struct WalStatusArgs {
 pub struct WalAgentArgs {
     /// push or fetch.
     pub role: String,
-    /// The cluster's data directory.
+    /// The cluster's pg_wal directory (push).
     #[arg(long)]
-    pub pgdata: PathBuf,
+    pub pg_wal: Option<PathBuf>,
     #[command(flatten)]
     pub wal: WalArgs,
 }

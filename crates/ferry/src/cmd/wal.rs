@@ -81,7 +81,7 @@ fn agent_env(g: &Global, w: &WalArgs) -> Vec<(&'static str, String)> {
 }
 
 /// Starts `ferry wal-agent ROLE` detached: its own session, output to the spool's log.
-fn start_agent(g: &Global, w: &WalArgs, role: &str, pgdata: &Path, spool: &Spool) -> Result<()> {
+fn start_agent(g: &Global, w: &WalArgs, role: &str, pg_wal: &Path, spool: &Spool) -> Result<()> {
     let exe = std::env::current_exe().context("locating the ferry binary")?;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -91,8 +91,8 @@ fn start_agent(g: &Global, w: &WalArgs, role: &str, pgdata: &Path, spool: &Spool
     let mut cmd = Command::new(exe);
     cmd.arg("wal-agent")
         .arg(role)
-        .arg("--pgdata")
-        .arg(pgdata)
+        .arg("--pg-wal")
+        .arg(pg_wal)
         .envs(agent_env(g, w))
         .env("FERRY_WAL_SPOOL", spool.dir())
         .stdin(Stdio::null())
@@ -121,11 +121,14 @@ pub async fn push_cmd(
             queue_max: wal.queue_max,
             policy: wal.policy,
         };
-        let (g2, w2, dir2) = (g.clone(), args.wal.clone(), dir.clone());
+        // The agent reads the directory PostgreSQL hands files from, wherever it is.
+        let parent = path.parent().unwrap_or(Path::new("."));
+        let pg_wal = std::path::absolute(parent).context("pg_wal directory")?;
+        let (g2, w2) = (g.clone(), args.wal.clone());
         let p = path.clone();
         let handed = tokio::task::spawn_blocking(move || {
             push::push_via_agent(&spool, &p, &opts, &mut || {
-                start_agent(&g2, &w2, "push", &dir2, &spool)
+                start_agent(&g2, &w2, "push", &pg_wal, &spool)
                     .map_err(|e| Error::Permanent(format!("{e:#}")))
             })
         })
@@ -181,7 +184,7 @@ pub async fn fetch_cmd(
         if name.kind() == ferry_wal::Kind::Segment {
             fetch::want(&spool, &name)?;
             if !spool.locked("fetch")? {
-                start_agent(g, &args.wal, "fetch", &dir, &spool)?;
+                start_agent(g, &args.wal, "fetch", &dir.join("pg_wal"), &spool)?;
             }
         }
     }
@@ -268,7 +271,9 @@ pub async fn status_cmd(
 }
 
 pub async fn agent_cmd(args: &WalAgentArgs, stores: &mut Stores, engine: &Engine) -> Result<()> {
-    let wal = stores.settings().wal(&args.wal, &args.pgdata)?;
+    let here = pgdata()?;
+    let pg_wal = args.pg_wal.clone().unwrap_or_else(|| here.join("pg_wal"));
+    let wal = stores.settings().wal(&args.wal, &here)?;
     let spool = Spool::open(&wal.spool)?;
     let archive = open_archive(stores, engine, wal.compress_level)?;
     match args.role.as_str() {
@@ -276,7 +281,7 @@ pub async fn agent_cmd(args: &WalAgentArgs, stores: &mut Stores, engine: &Engine
             PushAgent {
                 archive,
                 spool,
-                pg_wal: args.pgdata.join("pg_wal"),
+                pg_wal,
                 parallel: wal.parallel,
                 idle: AGENT_IDLE,
             }

@@ -193,7 +193,10 @@ pub fn tail(log: &str) -> String {
 
 /// PIDs of this cluster's agents (`role`: push or fetch).
 pub fn agents(data_dir: &Path, role: &str) -> Vec<u32> {
-    let want = format!("wal-agent\0{role}\0--pgdata\0{}", data_dir.display());
+    let want = format!(
+        "wal-agent\0{role}\0--pg-wal\0{}",
+        data_dir.join("pg_wal").display()
+    );
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
