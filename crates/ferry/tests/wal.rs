@@ -37,6 +37,52 @@ fn local_async() {
     archive_and_recover(Repo::Local, true);
 }
 
+/// A promoted copy archives a new timeline beside the old one: its history file and its own
+/// segments, listed by wal-status with the backup label. (A .partial appears only after
+/// promoting a streaming standby.)
+#[test]
+fn new_timeline_is_archived_beside_the_old() {
+    let Some(rig) = Rig::new(&Repo::Local, true, &[]) else {
+        return;
+    };
+    let copy = rig.archiving_copy();
+    rig.load(20);
+    rig.settle();
+    copy.start();
+    copy.wait_recovery_done(T).unwrap();
+    copy.sql("insert into t values (2, 'timeline 2')");
+    let last = copy.switch_wal();
+    assert!(last.starts_with("00000002"), "{last}");
+    assert!(copy.wait_archived(&last, T), "{}", tail(&copy.log()));
+    let st = rig.ferry(&["wal-status", "--json"], &[]);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(
+        v["histories"],
+        serde_json::json!(["00000002.history"]),
+        "{v}"
+    );
+    // pg_basebackup's label, archived by PostgreSQL as a .backup file.
+    assert_eq!(v["backups"].as_array().map(Vec::len), Some(1), "{v}");
+    let tlis: Vec<u64> = v["timelines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["timeline"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tlis, [1, 2], "{v}");
+    // The history file comes back as PostgreSQL wrote it.
+    let dest = copy.dir().join("history.check");
+    let out = rig.ferry(
+        &["wal-fetch", "00000002.history", dest.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.status.success(), "{}", walkit::stderr(&out));
+    assert!(ferry_testkit::same_file(
+        &dest,
+        &copy.pg_wal().join("00000002.history")
+    ));
+}
+
 #[test]
 fn local_sync() {
     archive_and_recover(Repo::Local, false);

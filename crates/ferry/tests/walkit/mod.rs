@@ -167,7 +167,22 @@ impl Rig {
 
     /// A base backup of this cluster, not started, that recovers through `ferry wal-fetch`.
     pub fn recovery_copy(&self, extra: &[(&str, &str)]) -> PgCluster {
-        let copy = PgCluster::from_base_backup(&self.pg, &["archive_mode = off"]);
+        self.copy(extra, false)
+    }
+
+    /// Like [`Rig::recovery_copy`], and once promoted the copy archives its new timeline
+    /// (history file, partial segment, segments) to the same archive.
+    pub fn archiving_copy(&self) -> PgCluster {
+        self.copy(&[], true)
+    }
+
+    fn copy(&self, extra: &[(&str, &str)], archive: bool) -> PgCluster {
+        let mode = if archive {
+            "archive_mode = on"
+        } else {
+            "archive_mode = off"
+        };
+        let copy = PgCluster::from_base_backup(&self.pg, &[mode]);
         let spool = copy.make_dir("spool");
         let mut env = self.env.clone();
         env.retain(|(k, _)| k != "FERRY_WAL_SPOOL");
@@ -176,10 +191,10 @@ impl Rig {
             env.push((k.to_string(), v.to_string()));
         }
         let script = ferry_script(&copy, "ferry.sh", &env);
-        copy.append_conf(&[&format!(
-            "restore_command = '{} wal-fetch %f %p'",
-            script.display()
-        )]);
+        copy.append_conf(&[
+            &format!("restore_command = '{} wal-fetch %f %p'", script.display()),
+            &format!("archive_command = '{} wal-push %p'", script.display()),
+        ]);
         copy.recovery_signal();
         copy
     }
