@@ -159,6 +159,12 @@ fn load_file(explicit: Option<&Path>) -> Result<File> {
                     .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message()))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => continue,
+            // A command run as another user (archive_command under setpriv, say) may inherit
+            // a HOME it cannot read: that is not this user's config.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && explicit.is_none() => {
+                tracing::debug!("skipping unreadable {}: {e}", path.display());
+                continue;
+            }
             Err(e) => bail!("config {}: {e}", path.display()),
         }
     }
