@@ -144,6 +144,17 @@ impl Engine {
     }
 
     /// Runs one request under the retry policy, counting retries and telling the tuner.
+    /// Runs one small request (a HEAD, a header read, a listing) in `class`, with the
+    /// engine's retries, so that it waits its turn and survives a transient fault like a block.
+    pub async fn request<T, F, Fut>(&self, class: Class, what: &str, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let _slot = self.sched.slot(class).await;
+        self.retry(what, 0, op).await
+    }
+
     async fn retry<T, F, Fut>(&self, what: &str, bytes: u64, op: F) -> Result<T>
     where
         F: FnMut() -> Fut,

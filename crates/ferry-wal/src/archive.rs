@@ -170,16 +170,25 @@ impl Archive {
     /// The header of the archived `name`, or `NotFound`.
     pub async fn peek(&self, name: &WalName) -> Result<Header> {
         let key = self.key(&name.key());
-        let head = self.store.get_range(&key, 0..HEADER_LEN as u64).await;
+        let head = self
+            .engine
+            .request(Class::Urgent, &format!("read {key}"), || {
+                self.store.get_range(&key, 0..HEADER_LEN as u64)
+            })
+            .await;
         match head {
             Ok(b) => Header::parse(&b, &format!("{}/wal/{}", self.url(), name.key())),
-            // Shorter than a header: present but corrupt.
-            Err(Error::Invalid(_)) => Err(Error::Checksum(format!(
-                "{}/wal/{}: corrupted in the archive: truncated",
-                self.url(),
-                name.key()
-            ))),
-            Err(e) => Err(e),
+            Err(Error::NotFound(m)) => Err(Error::NotFound(m)),
+            // Shorter than a header: present but corrupt, and a push may replace it.
+            Err(e) => match self.store.head(&key).await {
+                Ok(info) if info.size < HEADER_LEN as u64 => Err(Error::Checksum(format!(
+                    "{}/wal/{}: corrupted in the archive: truncated to {} bytes",
+                    self.url(),
+                    name.key(),
+                    info.size
+                ))),
+                _ => Err(e),
+            },
         }
     }
 
@@ -238,7 +247,12 @@ impl Archive {
     pub async fn list(&self) -> Result<Vec<(WalName, ObjectInfo)>> {
         let prefix = self.key("");
         let mut out = Vec::new();
-        for info in self.store.list(&prefix).await? {
+        let what = format!("list {prefix}");
+        let listing = self
+            .engine
+            .request(Class::Urgent, &what, || self.store.list(&prefix))
+            .await?;
+        for info in listing {
             let rel = &info.key[prefix.len()..];
             if rel.starts_with("gaps/") {
                 continue;

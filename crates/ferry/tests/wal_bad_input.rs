@@ -112,6 +112,18 @@ fn bad_wal_input_is_refused() {
         "leftovers: only the wrong-name copy may remain"
     );
 
+    // A truncated archived copy is replaced by the next push of the segment.
+    std::fs::write(&key, b"short").unwrap();
+    let out = a.ferry(&["wal-push", seg_path.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = a.ferry(
+        &["wal-fetch", &seg, dest.to_str().unwrap()],
+        &[("FERRY_WAL_PREFETCH", "0")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(ferry_testkit::same_file(&dest, &seg_path));
+    std::fs::remove_file(&dest).unwrap();
+
     // archive_command run under setpriv keeps root's HOME, which the user cannot read:
     // that is no config of theirs, not an error.
     let out = a.ferry(&["wal-status"], &[("HOME", "/root")]);
