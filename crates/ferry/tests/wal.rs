@@ -128,3 +128,50 @@ fn recovery_is_served_by_prefetch() {
         .collect();
     assert!(left.is_empty(), "left in the spool: {left:?}");
 }
+
+/// WAL settings come from `ferry.toml` (`repo`, `[wal]`) and yield to `FERRY_WAL_*`.
+#[test]
+fn wal_settings_from_ferry_toml() {
+    let Some(rig) = Rig::new(&Repo::Local, false, &[]) else {
+        return;
+    };
+    rig.load(30);
+    rig.settle();
+    let segs = rig.archived();
+    let other = rig.pg.make_dir("toml-repo");
+    let toml = rig.pg.dir().join("ferry.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "repo = \"{}\"\n[wal]\nasync = false\ncompress_level = 0\n",
+            other.display()
+        ),
+    )
+    .unwrap();
+    let push = |seg: &str, env: &[(&str, &str)]| {
+        let path = rig.pg.pg_wal().join(seg);
+        let out = rig
+            .pg
+            .command_as_pg(env!("CARGO_BIN_EXE_ferry"))
+            .args(["--config", toml.to_str().unwrap(), "wal-push"])
+            .arg(&path)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", walkit::stderr(&out));
+        let obj = other.join("wal").join(&seg[..16]).join(seg);
+        std::fs::metadata(obj)
+            .expect("pushed to the repo ferry.toml names")
+            .len()
+    };
+    assert_eq!(
+        push(&segs[1], &[]),
+        (16 << 20) + 52,
+        "compress_level = 0 ignored"
+    );
+    let packed = push(&segs[2], &[("FERRY_WAL_COMPRESS_LEVEL", "3")]);
+    assert!(
+        packed < 8 << 20,
+        "FERRY_WAL_COMPRESS_LEVEL lost to ferry.toml: {packed}"
+    );
+}
