@@ -1,0 +1,554 @@
+//! `backup`: files and streams into the repository. Reading, chunking, hashing, compressing
+//! and encrypting run on blocking threads, several files at once; packs upload through the
+//! engine's bulk class while the next ones fill. Files whose size, mtime, ctime and inode match
+//! the parent snapshot keep their content list unread.
+//!
+//! Write order: packs, then the index files naming them (flushed every few packs, so an
+//! interrupted backup's packs serve the next one), then the snapshot.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use ferry_store::{Error, Result};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::id::Id;
+use crate::index::{self, Index};
+use crate::pack::{BlobKind, Entry, Packer};
+use crate::repo::Repo;
+use crate::snapshot::{hostname, Snapshot, Summary};
+use crate::tree::{Node, NodeKind, Tree};
+
+/// Packs uploading at once: enough to fill a long fat link at 4 blocks each.
+const PACKS_IN_FLIGHT: usize = 6;
+/// Files read at once.
+const FILES_AT_ONCE: usize = 8;
+/// Packs per index file written during a backup.
+const PACKS_PER_INDEX: usize = 24;
+
+/// Receives progress: the CLI draws a bar.
+pub trait BackupProgress: Send + Sync {
+    /// A file was found by the scanner ahead of the backup.
+    fn scanned(&self, _bytes: u64) {}
+    /// A file's bytes were processed (read, or proven unchanged).
+    fn done(&self, _bytes: u64) {}
+}
+
+/// A [`BackupProgress`] that ignores everything.
+#[derive(Debug, Default)]
+pub struct Quiet;
+impl BackupProgress for Quiet {}
+
+/// What went into a backup, and what could not.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The new snapshot's id.
+    pub id: Id,
+    /// The snapshot.
+    pub snapshot: Snapshot,
+    /// Paths that could not be read, with why.
+    pub errors: Vec<String>,
+}
+
+struct State {
+    data: Packer,
+    tree: Packer,
+    /// Blobs stored during this backup (in a pack, uploaded or not).
+    seen: HashSet<Id>,
+    summary: Summary,
+    errors: Vec<String>,
+    /// Uploaded packs not yet named by an index file.
+    unindexed: Vec<(Id, Vec<Entry>)>,
+}
+
+/// One backup run.
+pub struct Archiver {
+    repo: Arc<Repo>,
+    index: Arc<Index>,
+    state: Mutex<State>,
+    uploads: Mutex<JoinSet<Result<()>>>,
+    slots: Arc<Semaphore>,
+    files: Semaphore,
+    progress: Arc<dyn BackupProgress>,
+    rt: tokio::runtime::Handle,
+}
+
+impl Archiver {
+    /// A backup into `repo`, deduplicating against `index`.
+    pub fn new(repo: Arc<Repo>, index: Arc<Index>, progress: Arc<dyn BackupProgress>) -> Arc<Self> {
+        Arc::new(Self {
+            repo,
+            index,
+            state: Mutex::new(State {
+                data: Packer::default(),
+                tree: Packer::default(),
+                seen: HashSet::new(),
+                summary: Summary::default(),
+                errors: Vec::new(),
+                unindexed: Vec::new(),
+            }),
+            uploads: Mutex::new(JoinSet::new()),
+            slots: Arc::new(Semaphore::new(PACKS_IN_FLIGHT)),
+            files: Semaphore::new(FILES_AT_ONCE),
+            progress,
+            rt: tokio::runtime::Handle::current(),
+        })
+    }
+
+    /// Stores one blob unless the repository has it; blocking (runs on a blocking thread).
+    fn add_blob(self: &Arc<Self>, kind: BlobKind, plain: &[u8]) -> Result<Id> {
+        let key = self.repo.key();
+        let id = key.blob_id(plain);
+        if self.index.has(&id) {
+            return Ok(id);
+        }
+        if !self.state.lock().expect("state").seen.insert(id) {
+            return Ok(id);
+        }
+        // zstd only where it pays: a flag byte says which.
+        let packed = zstd::bulk::compress(plain, 3).map_err(|e| Error::Permanent(e.to_string()))?;
+        let mut body = Vec::with_capacity(1 + plain.len().min(packed.len()));
+        if packed.len() + 64 < plain.len() {
+            body.push(1);
+            body.extend_from_slice(&packed);
+        } else {
+            body.push(0);
+            body.extend_from_slice(plain);
+        }
+        let sealed = key.seal(&body);
+        let full = {
+            let mut st = self.state.lock().expect("state");
+            st.summary.blobs_new += 1;
+            st.summary.bytes_new += plain.len() as u64;
+            let packer = match kind {
+                BlobKind::Data => &mut st.data,
+                BlobKind::Tree => &mut st.tree,
+            };
+            packer.add(kind, id, &sealed, plain.len());
+            if packer.len() >= self.repo.config.pack_size as usize {
+                Some(std::mem::take(packer))
+            } else {
+                None
+            }
+        };
+        if let Some(p) = full {
+            self.upload(p)?;
+        }
+        Ok(id)
+    }
+
+    /// Hands a full pack to an upload task; blocks while too many are in flight.
+    fn upload(self: &Arc<Self>, packer: Packer) -> Result<()> {
+        let permit = self
+            .rt
+            .block_on(self.slots.clone().acquire_owned())
+            .map_err(|e| Error::Permanent(e.to_string()))?;
+        let (id, bytes, entries) = packer.finish(self.repo.key());
+        let me = self.clone();
+        let mut uploads = self.uploads.lock().expect("uploads");
+        uploads.spawn_on(
+            async move {
+                let n = me.repo.put(&me.repo.pack_path(&id), bytes).await?;
+                drop(permit);
+                let flush = {
+                    let mut st = me.state.lock().expect("state");
+                    st.summary.bytes_stored += n;
+                    st.unindexed.push((id, entries));
+                    if st.unindexed.len() >= PACKS_PER_INDEX {
+                        std::mem::take(&mut st.unindexed)
+                    } else {
+                        Vec::new()
+                    }
+                };
+                if !flush.is_empty() {
+                    me.repo.save_file("index", &index::encode(&flush)).await?;
+                }
+                Ok(())
+            },
+            &self.rt,
+        );
+        Ok(())
+    }
+
+    fn error(&self, path: &Path, e: impl std::fmt::Display) {
+        let mut st = self.state.lock().expect("state");
+        st.summary.errors += 1;
+        st.errors.push(format!("{}: {e}", path.display()));
+    }
+
+    /// Reads and stores a file's content; blocking.
+    fn save_content(self: &Arc<Self>, path: &Path, size: u64) -> Result<(Vec<Id>, u64)> {
+        let cfg = &self.repo.config;
+        let io = |e: std::io::Error| Error::io(path.display(), e);
+        let mut ids = Vec::new();
+        let mut read = 0u64;
+        if size <= u64::from(cfg.chunk_min) {
+            // A small file is one chunk: no chunker buffer for it.
+            let mut buf = Vec::with_capacity(size as usize);
+            fs::File::open(path).and_then(|mut f| f.read_to_end(&mut buf)).map_err(io)?;
+            if !buf.is_empty() {
+                read = buf.len() as u64;
+                ids.push(self.add_blob(BlobKind::Data, &buf)?);
+            }
+        } else {
+            let f = fs::File::open(path).map_err(io)?;
+            let chunker = fastcdc::v2020::StreamCDC::new(f, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max);
+            for chunk in chunker {
+                let c = chunk.map_err(|e| Error::Permanent(format!("{}: {e}", path.display())))?;
+                read += c.length as u64;
+                ids.push(self.add_blob(BlobKind::Data, &c.data)?);
+            }
+        }
+        Ok((ids, read))
+    }
+
+    /// The node for `path` (metadata only).
+    fn node(path: &Path, name: &std::ffi::OsStr) -> std::io::Result<Node> {
+        let m = fs::symlink_metadata(path)?;
+        let ft = m.file_type();
+        let kind = if ft.is_file() {
+            NodeKind::File
+        } else if ft.is_dir() {
+            NodeKind::Dir
+        } else if ft.is_symlink() {
+            NodeKind::Symlink
+        } else if ft.is_fifo() {
+            NodeKind::Fifo
+        } else if ft.is_char_device() {
+            NodeKind::Chardev
+        } else if ft.is_block_device() {
+            NodeKind::Blockdev
+        } else {
+            NodeKind::Socket
+        };
+        let mut n = Node {
+            name: String::new(),
+            name_hex: false,
+            kind,
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+            mtime: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            ctime: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+            inode: m.ino(),
+            dev: m.dev(),
+            nlink: m.nlink(),
+            size: if kind == NodeKind::File { m.size() } else { 0 },
+            content: Vec::new(),
+            subtree: None,
+            target: None,
+            rdev: matches!(kind, NodeKind::Chardev | NodeKind::Blockdev).then(|| m.rdev()),
+            xattrs: Vec::new(),
+        };
+        n.set_name(name);
+        if kind == NodeKind::Symlink {
+            n.target = Some(hex::encode(fs::read_link(path)?.as_os_str().as_bytes()));
+        }
+        if matches!(kind, NodeKind::File | NodeKind::Dir) {
+            if let Ok(names) = xattr::list(path) {
+                for x in names {
+                    if let Ok(Some(v)) = xattr::get(path, &x) {
+                        n.xattrs.push((hex::encode(x.as_bytes()), hex::encode(v)));
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Loads a tree blob of an older snapshot, to compare against; `None` when unreadable.
+    async fn old_tree(&self, id: Option<Id>) -> Option<Tree> {
+        let id = id?;
+        crate::load_tree(&self.repo, &self.index, &id).await.ok()
+    }
+
+    fn save_tree(self: &Arc<Self>, mut nodes: Vec<Node>) -> BoxFuture<'static, Result<Id>> {
+        let me = self.clone();
+        async move {
+            nodes.sort_by_key(|a| a.name_bytes());
+            let json = serde_json::to_vec(&Tree { nodes }).expect("serializable");
+            tokio::task::spawn_blocking(move || me.add_blob(BlobKind::Tree, &json))
+                .await
+                .map_err(|e| Error::Permanent(e.to_string()))?
+        }
+        .boxed()
+    }
+
+    /// Backs up one entry at `path`, given the same entry in the parent snapshot.
+    fn save_entry(self: &Arc<Self>, path: PathBuf, old: Option<Node>) -> BoxFuture<'static, Option<Node>> {
+        let me = self.clone();
+        async move {
+            let name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+            let mut node = match Self::node(&path, &name) {
+                Ok(n) => n,
+                Err(e) => {
+                    me.error(&path, e);
+                    return None;
+                }
+            };
+            match node.kind {
+                NodeKind::File => {
+                    if let Some(o) = old.as_ref().filter(|o| node.unchanged_since(o)) {
+                        node.content = o.content.clone();
+                        me.state.lock().expect("state").summary.files_unchanged += 1;
+                    } else {
+                        let _permit = me.files.acquire().await.expect("open semaphore");
+                        let (m2, p2, size) = (me.clone(), path.clone(), node.size);
+                        match tokio::task::spawn_blocking(move || m2.save_content(&p2, size)).await {
+                            Ok(Ok((ids, read))) => {
+                                node.content = ids;
+                                node.size = read;
+                                let mut st = me.state.lock().expect("state");
+                                st.summary.files_read += 1;
+                                st.summary.bytes_read += read;
+                            }
+                            Ok(Err(e)) => {
+                                me.error(&path, e);
+                                return None;
+                            }
+                            Err(e) => {
+                                me.error(&path, e);
+                                return None;
+                            }
+                        }
+                    }
+                    me.state.lock().expect("state").summary.total_bytes += node.size;
+                    me.progress.done(node.size);
+                }
+                NodeKind::Dir => {
+                    let old_tree = me.old_tree(old.and_then(|o| o.subtree)).await;
+                    match me.save_dir(path.clone(), old_tree).await {
+                        Ok(id) => node.subtree = Some(id),
+                        Err(e) => {
+                            me.error(&path, e);
+                            return None;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            Some(node)
+        }
+        .boxed()
+    }
+
+    /// Backs up a directory's entries; returns its tree's id.
+    fn save_dir(self: &Arc<Self>, path: PathBuf, old: Option<Tree>) -> BoxFuture<'static, Result<Id>> {
+        let me = self.clone();
+        async move {
+            let p = path.clone();
+            let mut names: Vec<std::ffi::OsString> = tokio::task::spawn_blocking(move || {
+                fs::read_dir(&p).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect())
+            })
+            .await
+            .map_err(|e| Error::Permanent(e.to_string()))?
+            .map_err(|e| Error::io(path.display(), e))?;
+            names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            me.state.lock().expect("state").summary.dirs += 1;
+            let old_nodes = old.map(|t| t.nodes).unwrap_or_default();
+            let find = |name: &std::ffi::OsStr| {
+                old_nodes
+                    .iter()
+                    .find(|n| n.name_bytes() == name.as_bytes())
+                    .cloned()
+            };
+            let nodes: Vec<Node> = futures::stream::iter(names)
+                .map(|name| me.save_entry(path.join(&name), find(&name)))
+                .buffered(FILES_AT_ONCE * 2)
+                .filter_map(|n| async move { n })
+                .collect()
+                .await;
+            me.save_tree(nodes).await
+        }
+        .boxed()
+    }
+
+    /// The nodes for `rels` under `base`: whole entries where a rel is one component, the
+    /// intermediate directories (metadata only) otherwise.
+    fn save_paths(
+        self: &Arc<Self>,
+        base: PathBuf,
+        rels: Vec<PathBuf>,
+        old: Option<Tree>,
+    ) -> BoxFuture<'static, Result<Id>> {
+        let me = self.clone();
+        async move {
+            let mut firsts: Vec<std::ffi::OsString> = rels
+                .iter()
+                .filter_map(|r| r.iter().next().map(|c| c.to_os_string()))
+                .collect();
+            firsts.sort();
+            firsts.dedup();
+            let old_nodes = old.map(|t| t.nodes).unwrap_or_default();
+            let mut nodes = Vec::new();
+            for first in firsts {
+                let path = base.join(&first);
+                let prev = old_nodes
+                    .iter()
+                    .find(|n| n.name_bytes() == first.as_bytes())
+                    .cloned();
+                let whole = rels.iter().any(|r| r.as_os_str() == first.as_os_str());
+                if whole {
+                    if let Some(n) = me.save_entry(path, prev).await {
+                        nodes.push(n);
+                    }
+                    continue;
+                }
+                let deeper: Vec<PathBuf> = rels
+                    .iter()
+                    .filter_map(|r| r.strip_prefix(&first).ok().map(Path::to_path_buf))
+                    .collect();
+                let mut n = Self::node(&path, &first).map_err(|e| Error::io(path.display(), e))?;
+                let old_sub = me.old_tree(prev.and_then(|p| p.subtree)).await;
+                n.subtree = Some(me.save_paths(path, deeper, old_sub).await?);
+                nodes.push(n);
+            }
+            me.save_tree(nodes).await
+        }
+        .boxed()
+    }
+
+    /// Backs up `paths` (absolute); `parent` is the snapshot to compare against.
+    pub async fn backup_paths(
+        self: &Arc<Self>,
+        paths: &[PathBuf],
+        parent: Option<(Id, Snapshot)>,
+        tags: Vec<String>,
+    ) -> Result<Outcome> {
+        let rels: Vec<PathBuf> = paths
+            .iter()
+            .map(|p| p.strip_prefix("/").unwrap_or(p).to_path_buf())
+            .collect();
+        for p in paths {
+            fs::symlink_metadata(p).map_err(|e| Error::io(p.display(), e))?;
+        }
+        let old_root = match &parent {
+            Some((_, s)) => self.old_tree(Some(s.tree)).await,
+            None => None,
+        };
+        let root = self.save_paths(PathBuf::from("/"), rels, old_root).await?;
+        let shown = paths.iter().map(|p| p.display().to_string()).collect();
+        self.finish(root, shown, parent.map(|p| p.0), tags).await
+    }
+
+    /// Backs up a stream as one file called `name`.
+    pub async fn backup_stream<R: Read + Send + 'static>(
+        self: &Arc<Self>,
+        reader: R,
+        name: &str,
+        tags: Vec<String>,
+    ) -> Result<Outcome> {
+        let me = self.clone();
+        let (ids, size) = tokio::task::spawn_blocking(move || {
+            let cfg = me.repo.config.clone();
+            let mut ids = Vec::new();
+            let mut size = 0u64;
+            for chunk in fastcdc::v2020::StreamCDC::new(reader, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max) {
+                let c = chunk.map_err(|e| Error::Permanent(format!("read stdin: {e}")))?;
+                size += c.length as u64;
+                me.progress.done(c.length as u64);
+                ids.push(me.add_blob(BlobKind::Data, &c.data)?);
+            }
+            Ok::<_, Error>((ids, size))
+        })
+        .await
+        .map_err(|e| Error::Permanent(e.to_string()))??;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let mut node = Node {
+            name: String::new(),
+            name_hex: false,
+            kind: NodeKind::File,
+            mode: 0o600,
+            uid,
+            gid,
+            mtime: now,
+            ctime: now,
+            inode: 0,
+            dev: 0,
+            nlink: 1,
+            size,
+            content: ids,
+            subtree: None,
+            target: None,
+            rdev: None,
+            xattrs: Vec::new(),
+        };
+        node.set_name(std::ffi::OsStr::new(name));
+        {
+            let mut st = self.state.lock().expect("state");
+            st.summary.files_read = 1;
+            st.summary.bytes_read = size;
+            st.summary.total_bytes = size;
+        }
+        let root = self.save_tree(vec![node]).await?;
+        self.finish(root, vec![format!("stdin:{name}")], None, tags).await
+    }
+
+    async fn finish(
+        self: &Arc<Self>,
+        root: Id,
+        paths: Vec<String>,
+        parent: Option<Id>,
+        tags: Vec<String>,
+    ) -> Result<Outcome> {
+        let (data, tree) = {
+            let mut st = self.state.lock().expect("state");
+            (std::mem::take(&mut st.data), std::mem::take(&mut st.tree))
+        };
+        for p in [data, tree] {
+            if !p.is_empty() {
+                let me = self.clone();
+                tokio::task::spawn_blocking(move || me.upload(p))
+                    .await
+                    .map_err(|e| Error::Permanent(e.to_string()))??;
+            }
+        }
+        let mut uploads = std::mem::take(&mut *self.uploads.lock().expect("uploads"));
+        while let Some(r) = uploads.join_next().await {
+            r.map_err(|e| Error::Permanent(e.to_string()))??;
+        }
+        let (rest, summary, errors) = {
+            let mut st = self.state.lock().expect("state");
+            (
+                std::mem::take(&mut st.unindexed),
+                st.summary.clone(),
+                std::mem::take(&mut st.errors),
+            )
+        };
+        if !rest.is_empty() {
+            self.repo.save_file("index", &index::encode(&rest)).await?;
+        }
+        let snapshot = Snapshot {
+            time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+            hostname: hostname(),
+            paths,
+            tags,
+            tree: root,
+            parent,
+            summary,
+        };
+        let id = self
+            .repo
+            .save_file("snapshots", &serde_json::to_vec(&snapshot).expect("serializable"))
+            .await?;
+        Ok(Outcome {
+            id,
+            snapshot,
+            errors,
+        })
+    }
+}

@@ -1,0 +1,216 @@
+//! `check`: every index, snapshot and tree readable and authentic, every blob a snapshot uses
+//! indexed, every indexed pack present with the right size; with `--read-data`, every pack
+//! read whole, checked against its name, and every blob in it decrypted and checked.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+use ferry_store::{Error, Result};
+use futures::StreamExt;
+
+use crate::blob::{load_tree, open_blob};
+use crate::crypto::OVERHEAD;
+use crate::id::Id;
+use crate::index::Index;
+use crate::pack::{read_header, ENTRY_LEN};
+use crate::repo::{Repo, READ_AHEAD};
+use crate::snapshot::Snapshot;
+
+/// What check found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Damage: the repository cannot restore everything it should.
+    pub errors: Vec<String>,
+    /// Harmless leftovers (packs of an interrupted backup, say).
+    pub warnings: Vec<String>,
+    /// Snapshots checked.
+    pub snapshots: usize,
+    /// Packs the index names.
+    pub packs: usize,
+    /// Blobs the index names.
+    pub blobs: usize,
+    /// Packs read whole (`--read-data`).
+    pub packs_read: usize,
+}
+
+/// Every snapshot, loaded; unreadable ones are reported in `errors`.
+pub async fn snapshots(repo: &Repo, errors: &mut Vec<String>) -> Result<Vec<(Id, Snapshot)>> {
+    let ids = repo.list_ids("snapshots").await?;
+    let loaded: Vec<(Id, Result<Vec<u8>>)> = futures::stream::iter(ids)
+        .map(|id| async move { (id, repo.load_file("snapshots", &id).await) })
+        .buffer_unordered(READ_AHEAD)
+        .collect()
+        .await;
+    let mut out = Vec::new();
+    for (id, r) in loaded {
+        match r.and_then(|b| {
+            serde_json::from_slice::<Snapshot>(&b)
+                .map_err(|e| Error::Checksum(format!("snapshots/{id}: {e}")))
+        }) {
+            Ok(s) => out.push((id, s)),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    out.sort_by_key(|(_, s)| s.time);
+    Ok(out)
+}
+
+/// Walks the trees of `snaps`: every blob they use, and a description of each problem with
+/// the snapshot and path it hurts.
+pub async fn used_blobs(
+    repo: &Repo,
+    index: &Index,
+    snaps: &[(Id, Snapshot)],
+) -> (HashSet<Id>, Vec<String>) {
+    let mut used = HashSet::new();
+    let mut problems = Vec::new();
+    let mut level: Vec<(Id, PathBuf, Id)> = Vec::new();
+    for (sid, s) in snaps {
+        if used.insert(s.tree) {
+            level.push((*sid, PathBuf::from("/"), s.tree));
+        }
+    }
+    while !level.is_empty() {
+        let trees: Vec<_> = futures::stream::iter(level)
+            .map(|(sid, path, id)| async move { (sid, path, id, load_tree(repo, index, &id).await) })
+            .buffer_unordered(READ_AHEAD)
+            .collect()
+            .await;
+        let mut next = Vec::new();
+        for (sid, path, id, tree) in trees {
+            let tree = match tree {
+                Ok(t) => t,
+                Err(e) => {
+                    problems.push(format!(
+                        "snapshot {}: {}: directory listing {} unreadable: {e}",
+                        sid.short(),
+                        path.display(),
+                        id.short()
+                    ));
+                    continue;
+                }
+            };
+            for n in tree.nodes {
+                let child = path.join(OsString::from_vec(n.name_bytes()));
+                for c in &n.content {
+                    if used.insert(*c) && !index.has(c) {
+                        problems.push(format!(
+                            "snapshot {}: {}: blob {} is in no index",
+                            sid.short(),
+                            child.display(),
+                            c.short()
+                        ));
+                    }
+                }
+                if let Some(sub) = n.subtree {
+                    if used.insert(sub) {
+                        next.push((sid, child, sub));
+                    }
+                }
+            }
+        }
+        level = next;
+    }
+    (used, problems)
+}
+
+/// Checks the repository.
+pub async fn check(repo: &Repo, read_data: bool) -> Result<Report> {
+    let mut r = Report::default();
+    let marker = repo.read(&repo.path("ferry-repo")).await?;
+    if !String::from_utf8_lossy(&marker).starts_with("ferry repository, format 1") {
+        r.errors.push("ferry-repo: format marker damaged".into());
+    }
+    let (index, _, index_errors) = repo.load_index().await?;
+    r.errors.extend(index_errors.iter().map(|e| e.to_string()));
+    r.packs = index.packs().len();
+    r.blobs = index.len();
+
+    let listing = repo.store().list(&repo.path("data/")).await?;
+    let stored: HashMap<Id, u64> = listing
+        .iter()
+        .filter_map(|o| Some((Id::parse(o.key.rsplit('/').next()?)?, o.size)))
+        .collect();
+    let by_pack = index.by_pack();
+    let indexed: HashSet<Id> = by_pack.iter().map(|(p, _)| *p).collect();
+    for (pack, entries) in &by_pack {
+        let expect = entries.iter().map(|e| u64::from(e.len)).sum::<u64>()
+            + (OVERHEAD + ENTRY_LEN * entries.len() + 4) as u64;
+        match stored.get(pack) {
+            None => r.errors.push(format!(
+                "pack {} is missing ({} blobs lost)",
+                pack.short(),
+                entries.len()
+            )),
+            Some(&size) if size != expect => r.errors.push(format!(
+                "pack {}: {size} bytes, the index says {expect} (truncated or damaged)",
+                pack.short()
+            )),
+            Some(_) => {}
+        }
+    }
+    for p in stored.keys().filter(|p| !indexed.contains(p)) {
+        r.warnings.push(format!(
+            "pack {} is in no index (left by an interrupted backup or prune; prune removes it)",
+            p.short()
+        ));
+    }
+
+    let snaps = snapshots(repo, &mut r.errors).await?;
+    r.snapshots = snaps.len();
+    let (_, problems) = used_blobs(repo, &index, &snaps).await;
+    r.errors.extend(problems);
+
+    if read_data {
+        let present: Vec<&(Id, Vec<crate::pack::Entry>)> =
+            by_pack.iter().filter(|(p, _)| stored.contains_key(p)).collect();
+        let results: Vec<Vec<String>> = futures::stream::iter(present)
+            .map(|(pack, entries)| async move {
+                let mut errs = Vec::new();
+                let body = match repo.read(&repo.pack_path(pack)).await {
+                    Ok(b) => b,
+                    Err(e) => return vec![format!("pack {}: {e}", pack.short())],
+                };
+                if Id::of(&body) != *pack {
+                    errs.push(format!(
+                        "pack {}: content does not match its name (damaged)",
+                        pack.short()
+                    ));
+                }
+                let key = repo.key().clone();
+                let pack = *pack;
+                let entries = entries.clone();
+                let more = tokio::task::spawn_blocking(move || {
+                    let mut errs = Vec::new();
+                    let what = format!("pack {}", pack.short());
+                    if let Err(e) = read_header(&body, &key, &what) {
+                        errs.push(e.to_string());
+                    }
+                    for e in entries {
+                        let (s, end) = (e.offset as usize, e.offset as usize + e.len as usize);
+                        let w = format!("blob {} in pack {}", e.id.short(), pack.short());
+                        if end > body.len() {
+                            errs.push(format!("{w}: beyond the end of the pack"));
+                        } else if let Err(err) = open_blob(&key, &body[s..end], &e.id, &w) {
+                            errs.push(err.to_string());
+                        }
+                    }
+                    errs
+                })
+                .await
+                .unwrap_or_else(|e| vec![e.to_string()]);
+                errs.extend(more);
+                errs
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        r.packs_read = results.len();
+        for e in results {
+            r.errors.extend(e);
+        }
+    }
+    Ok(r)
+}

@@ -1,0 +1,153 @@
+//! The index: which pack holds each blob. In memory it is one sorted vector of 32-byte ids
+//! and 20-byte locations, 52 bytes per blob with no hash-table slack, searched by bisection;
+//! on the store, index files list packs and their blobs, written as packs complete so that an
+//! interrupted backup's packs are found by the next one.
+
+use std::collections::HashMap;
+
+use ferry_store::{Error, Result};
+
+use crate::id::Id;
+use crate::pack::{decode_entries, encode_entries, BlobKind, Entry, ENTRY_LEN};
+
+/// Where a blob is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loc {
+    /// Index into [`Index::packs`].
+    pub pack: u32,
+    /// Offset in the pack.
+    pub offset: u32,
+    /// Sealed length.
+    pub len: u32,
+    /// Plaintext length.
+    pub plain_len: u32,
+    /// What the blob holds.
+    pub kind: BlobKind,
+}
+
+/// Every known blob. Fill it with [`Index::add_pack`], then call [`Index::finish`] before
+/// looking anything up.
+#[derive(Debug, Default)]
+pub struct Index {
+    packs: Vec<Id>,
+    pack_no: HashMap<Id, u32>,
+    blobs: Vec<(Id, Loc)>,
+}
+
+impl Index {
+    /// Records a pack's blobs.
+    pub fn add_pack(&mut self, pack: Id, entries: &[Entry]) {
+        let no = *self.pack_no.entry(pack).or_insert_with(|| {
+            self.packs.push(pack);
+            (self.packs.len() - 1) as u32
+        });
+        self.blobs.extend(entries.iter().map(|e| {
+            (
+                e.id,
+                Loc {
+                    pack: no,
+                    offset: e.offset,
+                    len: e.len,
+                    plain_len: e.plain_len,
+                    kind: e.kind,
+                },
+            )
+        }));
+    }
+
+    /// Sorts for lookups; a blob stored twice keeps one location.
+    pub fn finish(&mut self) {
+        self.blobs.sort_unstable_by_key(|(id, _)| *id);
+        self.blobs.dedup_by_key(|(id, _)| *id);
+        self.blobs.shrink_to_fit();
+        self.pack_no = HashMap::new();
+    }
+
+    /// Where `id` is.
+    pub fn get(&self, id: &Id) -> Option<Loc> {
+        self.blobs
+            .binary_search_by_key(id, |(i, _)| *i)
+            .ok()
+            .map(|i| self.blobs[i].1)
+    }
+
+    /// True when the blob is stored.
+    pub fn has(&self, id: &Id) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// The pack with number `no`.
+    pub fn pack(&self, no: u32) -> Id {
+        self.packs[no as usize]
+    }
+
+    /// Every pack the index knows.
+    pub fn packs(&self) -> &[Id] {
+        &self.packs
+    }
+
+    /// Number of blobs.
+    pub fn len(&self) -> usize {
+        self.blobs.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.blobs.is_empty()
+    }
+
+    /// Every blob with its location.
+    pub fn iter(&self) -> impl Iterator<Item = &(Id, Loc)> {
+        self.blobs.iter()
+    }
+
+    /// Blobs per pack, as index files list them.
+    pub fn by_pack(&self) -> Vec<(Id, Vec<Entry>)> {
+        let mut v: Vec<(Id, Vec<Entry>)> = self.packs.iter().map(|p| (*p, Vec::new())).collect();
+        for (id, l) in &self.blobs {
+            v[l.pack as usize].1.push(Entry {
+                kind: l.kind,
+                id: *id,
+                offset: l.offset,
+                len: l.len,
+                plain_len: l.plain_len,
+            });
+        }
+        for (_, e) in &mut v {
+            e.sort_by_key(|e| e.offset);
+        }
+        v.retain(|(_, e)| !e.is_empty());
+        v
+    }
+}
+
+/// An index file's plaintext: per pack, its id, blob count (u32 LE) and blob entries.
+pub fn encode(packs: &[(Id, Vec<Entry>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (id, entries) in packs {
+        out.extend_from_slice(&id.0);
+        out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        encode_entries(entries, &mut out);
+    }
+    out
+}
+
+/// Parses an index file's plaintext.
+pub fn decode(mut b: &[u8], what: &str) -> Result<Vec<(Id, Vec<Entry>)>> {
+    let bad = || Error::Checksum(format!("{what}: malformed index"));
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if b.len() < 36 {
+            return Err(bad());
+        }
+        let id = Id(b[..32].try_into().expect("32 bytes"));
+        let n = u32::from_le_bytes(b[32..36].try_into().expect("4 bytes")) as usize;
+        let end = 36 + n.checked_mul(ENTRY_LEN).ok_or_else(bad)?;
+        if b.len() < end {
+            return Err(bad());
+        }
+        out.push((id, decode_entries(&b[36..end], what)?));
+        b = &b[end..];
+    }
+    Ok(out)
+}

@@ -1,0 +1,123 @@
+//! Locks that keep `prune` from deleting what a running backup is about to reference.
+//!
+//! Backups take a shared lock, prune an exclusive one. Each writes its lock file, then looks
+//! for conflicting ones and backs out if it finds any, so two racing processes cannot both
+//! win. A lock is refreshed every 5 minutes; one older than 30 minutes belongs to a process
+//! that died and is ignored. A backup killed with `kill -9` thus blocks prune for at most 30
+//! minutes, and its packs are left for the next prune.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ferry_store::{Error, Result};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use crate::id::Id;
+use crate::repo::Repo;
+use crate::snapshot::hostname;
+
+const REFRESH: Duration = Duration::from_secs(300);
+const STALE: u64 = 1800;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LockInfo {
+    exclusive: bool,
+    hostname: String,
+    pid: u32,
+    time: u64,
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// A held lock; released on [`Lock::release`] (or left to go stale if the process dies).
+#[derive(Debug)]
+pub struct Lock {
+    repo: Arc<Repo>,
+    id: Arc<Mutex<Id>>,
+    refresher: JoinHandle<()>,
+}
+
+async fn others(repo: &Repo, mine: &Id) -> Result<Vec<LockInfo>> {
+    let mut v = Vec::new();
+    for id in repo.list_ids("locks").await? {
+        if id == *mine {
+            continue;
+        }
+        // A lock deleted meanwhile, or unreadable, does not hold anything.
+        if let Ok(b) = repo.load_file("locks", &id).await {
+            if let Ok(l) = serde_json::from_slice::<LockInfo>(&b) {
+                if now().saturating_sub(l.time) < STALE {
+                    v.push(l);
+                }
+            }
+        }
+    }
+    Ok(v)
+}
+
+async fn write(repo: &Repo, exclusive: bool) -> Result<Id> {
+    let info = LockInfo {
+        exclusive,
+        hostname: hostname(),
+        pid: std::process::id(),
+        time: now(),
+    };
+    repo.save_file("locks", &serde_json::to_vec(&info).expect("serializable")).await
+}
+
+fn describe(l: &LockInfo) -> String {
+    format!(
+        "{} lock of {} pid {} ({}s ago)",
+        if l.exclusive { "an exclusive" } else { "a shared" },
+        l.hostname,
+        l.pid,
+        now().saturating_sub(l.time)
+    )
+}
+
+impl Lock {
+    /// Takes a shared (backup) or exclusive (prune) lock.
+    pub async fn acquire(repo: Arc<Repo>, exclusive: bool) -> Result<Lock> {
+        let conflict = |o: &[LockInfo]| -> Option<String> {
+            o.iter()
+                .find(|l| exclusive || l.exclusive)
+                .map(|l| format!("repository {} is locked: {}", repo.url(), describe(l)))
+        };
+        if let Some(msg) = conflict(&others(&repo, &Id::default()).await?) {
+            return Err(Error::Denied(msg));
+        }
+        let id = write(&repo, exclusive).await?;
+        if let Some(msg) = conflict(&others(&repo, &id).await?) {
+            let _ = repo.delete_file("locks", &id).await;
+            return Err(Error::Denied(msg));
+        }
+        let id = Arc::new(Mutex::new(id));
+        let (r, i) = (repo.clone(), id.clone());
+        let refresher = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REFRESH).await;
+                if let Ok(new) = write(&r, exclusive).await {
+                    let mut cur = i.lock().await;
+                    let _ = r.delete_file("locks", &cur).await;
+                    *cur = new;
+                }
+            }
+        });
+        Ok(Lock {
+            repo,
+            id,
+            refresher,
+        })
+    }
+
+    /// Removes the lock file.
+    pub async fn release(self) -> Result<()> {
+        self.refresher.abort();
+        let id = *self.id.lock().await;
+        self.repo.delete_file("locks", &id).await
+    }
+}

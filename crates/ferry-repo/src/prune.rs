@@ -1,0 +1,152 @@
+//! `prune`: delete what no snapshot uses. Packs holding only unused blobs are deleted; packs
+//! mostly unused are rewritten with their used blobs (copied sealed, never decrypted); packs
+//! in no index (an interrupted backup's) are deleted.
+//!
+//! Order, safe against `kill -9` at any point: new packs, then the new index files, then the
+//! old index files are deleted, then the packs. Until the last step every snapshot's blobs
+//! are reachable through some index; afterwards leftovers are only unreferenced packs.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use ferry_store::{Error, Result};
+use futures::StreamExt;
+
+use crate::checker::{snapshots, used_blobs};
+use crate::id::Id;
+use crate::index;
+use crate::lock::Lock;
+use crate::pack::{Entry, Packer};
+use crate::repo::Repo;
+
+/// A pack is rewritten when more than this share of it is unused.
+const REPACK_UNUSED: f64 = 0.2;
+/// Blobs per index file written by prune.
+const BLOBS_PER_INDEX: usize = 200_000;
+
+/// What prune did.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    /// Packs deleted (including rewritten ones).
+    pub packs_deleted: usize,
+    /// Packs rewritten.
+    pub packs_rewritten: usize,
+    /// Bytes freed.
+    pub bytes_freed: u64,
+    /// Blobs kept.
+    pub blobs_kept: usize,
+}
+
+/// Prunes `repo` under an exclusive lock.
+pub async fn prune(repo: Arc<Repo>) -> Result<Pruned> {
+    let lock = Lock::acquire(repo.clone(), true).await?;
+    let res = run(&repo).await;
+    lock.release().await?;
+    res
+}
+
+async fn run(repo: &Repo) -> Result<Pruned> {
+    let (index, old_index_files, errs) = repo.load_index().await?;
+    if let Some(e) = errs.first() {
+        return Err(Error::Invalid(format!("damaged index, run check: {e}")));
+    }
+    let mut errors = Vec::new();
+    let snaps = snapshots(repo, &mut errors).await?;
+    let (used, problems) = used_blobs(repo, &index, &snaps).await;
+    if let Some(e) = errors.first().or(problems.first()) {
+        return Err(Error::Invalid(format!(
+            "refusing to prune a damaged repository (run check): {e}"
+        )));
+    }
+    let listing = repo.store().list(&repo.path("data/")).await?;
+    let sizes: HashMap<Id, u64> = listing
+        .iter()
+        .filter_map(|o| Some((Id::parse(o.key.rsplit('/').next()?)?, o.size)))
+        .collect();
+
+    let mut out = Pruned::default();
+    let mut keep: Vec<(Id, Vec<Entry>)> = Vec::new();
+    let mut rewrite: Vec<(Id, Vec<Entry>)> = Vec::new();
+    let mut delete: Vec<Id> = Vec::new();
+    let mut seen: HashSet<Id> = HashSet::new();
+    for (pack, entries) in index.by_pack() {
+        // A blob indexed twice is kept once.
+        let (live, dead): (Vec<Entry>, Vec<Entry>) = entries
+            .into_iter()
+            .partition(|e| used.contains(&e.id) && seen.insert(e.id));
+        let dead_bytes: u64 = dead.iter().map(|e| u64::from(e.len)).sum();
+        let total: u64 = dead_bytes + live.iter().map(|e| u64::from(e.len)).sum::<u64>();
+        if live.is_empty() {
+            delete.push(pack);
+        } else if dead_bytes as f64 > REPACK_UNUSED * total as f64 {
+            rewrite.push((pack, live));
+        } else {
+            keep.push((pack, live));
+        }
+    }
+    let indexed: HashSet<Id> = index.packs().iter().copied().collect();
+    delete.extend(sizes.keys().filter(|p| !indexed.contains(p)));
+
+    // Rewrite: copy the live sealed blobs into new packs.
+    let mut packer = Packer::default();
+    let mut new_packs: Vec<(Id, Vec<Entry>)> = Vec::new();
+    for (pack, live) in &rewrite {
+        let body = repo.read(&repo.pack_path(pack)).await?;
+        if Id::of(&body) != *pack {
+            return Err(Error::Checksum(format!("pack {}: damaged, run check --read-data", pack.short())));
+        }
+        for e in live {
+            let s = e.offset as usize;
+            packer.add(e.kind, e.id, &body[s..s + e.len as usize], e.plain_len as usize);
+            if packer.len() >= repo.config.pack_size as usize {
+                new_packs.push(flush(repo, std::mem::take(&mut packer)).await?);
+            }
+        }
+        out.packs_rewritten += 1;
+        delete.push(*pack);
+    }
+    if !packer.is_empty() {
+        new_packs.push(flush(repo, packer).await?);
+    }
+    keep.extend(new_packs);
+    out.blobs_kept = keep.iter().map(|(_, e)| e.len()).sum();
+
+    // New index, then the old one goes, then the packs.
+    let mut batch: Vec<(Id, Vec<Entry>)> = Vec::new();
+    let mut count = 0;
+    for p in keep {
+        count += p.1.len();
+        batch.push(p);
+        if count >= BLOBS_PER_INDEX {
+            repo.save_file("index", &index::encode(&batch)).await?;
+            batch.clear();
+            count = 0;
+        }
+    }
+    if !batch.is_empty() {
+        repo.save_file("index", &index::encode(&batch)).await?;
+    }
+    for id in &old_index_files {
+        repo.delete_file("index", id).await?;
+    }
+    let sizes = &sizes;
+    let deleted: Vec<Result<u64>> = futures::stream::iter(delete)
+        .map(|p| async move {
+            repo.store().delete(&repo.pack_path(&p)).await?;
+            Ok(sizes.get(&p).copied().unwrap_or(0))
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    for d in deleted {
+        out.bytes_freed += d?;
+        out.packs_deleted += 1;
+    }
+    Ok(out)
+}
+
+async fn flush(repo: &Repo, packer: Packer) -> Result<(Id, Vec<Entry>)> {
+    let (id, bytes, entries) = packer.finish(repo.key());
+    repo.put(&repo.pack_path(&id), bytes).await?;
+    Ok((id, entries))
+}

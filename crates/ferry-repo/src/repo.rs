@@ -1,0 +1,310 @@
+//! The repository on a store: the format marker, key files, and encrypted files (config,
+//! index, snapshots, locks) named by the BLAKE3 of their stored bytes.
+
+use std::sync::Arc;
+
+use ferry_store::{Error, Result};
+use ferry_transfer::{Class, Engine, NoProgress, SharedStore};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::crypto::{KeyFile, MasterKey};
+use crate::id::Id;
+use crate::index::{self, Index};
+
+/// The only plaintext object: says what the prefix holds.
+const MARKER: &str = "ferry-repo";
+const MARKER_TEXT: &str = "ferry repository, format 1 (docs/format.md)\n";
+
+/// Settings fixed at `init`, stored encrypted in `config`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Config {
+    /// Format version.
+    pub version: u32,
+    /// Random repository id.
+    pub id: Id,
+    /// FastCDC minimum chunk size.
+    pub chunk_min: u32,
+    /// FastCDC average chunk size.
+    pub chunk_avg: u32,
+    /// FastCDC maximum chunk size.
+    pub chunk_max: u32,
+    /// Packs are closed once they reach this size.
+    pub pack_size: u32,
+}
+
+/// An open repository.
+#[derive(Debug, Clone)]
+pub struct Repo {
+    store: SharedStore,
+    root: String,
+    engine: Engine,
+    key: MasterKey,
+    /// Settings fixed at init.
+    pub config: Config,
+}
+
+fn join(root: &str, rel: &str) -> String {
+    if root.is_empty() {
+        rel.to_string()
+    } else {
+        format!("{root}/{rel}")
+    }
+}
+
+/// Parallel reads of small files (index, snapshots, trees) over a high-latency link.
+pub(crate) const READ_AHEAD: usize = 32;
+
+impl Repo {
+    /// Creates a repository under `root`; refuses a prefix that already holds one.
+    pub async fn init(store: SharedStore, root: &str, engine: Engine, password: &[u8]) -> Result<Repo> {
+        let root = root.trim_matches('/').to_string();
+        let url = show(&store, &root);
+        match store.head(&join(&root, MARKER)).await {
+            Ok(_) => return Err(Error::AlreadyExists(format!("{url} already holds a ferry repository"))),
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        if !store.list(&join(&root, "keys/")).await?.is_empty() {
+            return Err(Error::AlreadyExists(format!("{url} already holds repository keys")));
+        }
+        let key = MasterKey::generate();
+        let config = Config {
+            version: 1,
+            id: Id::of(&rand::random::<[u8; 32]>()),
+            chunk_min: 512 << 10,
+            chunk_avg: 1 << 20,
+            chunk_max: 8 << 20,
+            pack_size: 16 << 20,
+        };
+        let repo = Repo {
+            store,
+            root,
+            engine,
+            key,
+            config,
+        };
+        // Marker last: a half-made repository is not mistaken for one.
+        repo.add_key(password).await?;
+        let cfg = serde_json::to_vec(&repo.config).expect("serializable");
+        repo.put(&join(&repo.root, "config"), repo.key.seal(&cfg)).await?;
+        repo.put(&join(&repo.root, MARKER), MARKER_TEXT.as_bytes().to_vec()).await?;
+        Ok(repo)
+    }
+
+    /// Opens the repository under `root` with `password`.
+    pub async fn open(store: SharedStore, root: &str, engine: Engine, password: &[u8]) -> Result<Repo> {
+        let root = root.trim_matches('/').to_string();
+        let url = show(&store, &root);
+        match store.head(&join(&root, MARKER)).await {
+            Ok(_) => {}
+            Err(Error::NotFound(_)) => {
+                return Err(Error::Invalid(format!(
+                    "{url} is not a ferry repository (no {MARKER} marker; create one with ferry init)"
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+        let keys = store.list(&join(&root, "keys/")).await?;
+        let probe = Repo {
+            store: store.clone(),
+            root: root.clone(),
+            engine: engine.clone(),
+            key: MasterKey::generate(),
+            config: Config {
+                version: 0,
+                id: Id::default(),
+                chunk_min: 0,
+                chunk_avg: 0,
+                chunk_max: 0,
+                pack_size: 0,
+            },
+        };
+        let mut found = None;
+        for k in &keys {
+            let body = probe.read(&k.key).await?;
+            let Ok(kf) = serde_json::from_slice::<KeyFile>(&body) else {
+                continue; // a damaged key file: another may still open
+            };
+            let password = password.to_vec();
+            let opened = tokio::task::spawn_blocking(move || kf.unwrap(&password))
+                .await
+                .map_err(|e| Error::Permanent(e.to_string()))??;
+            if let Some(key) = opened {
+                found = Some(key);
+                break;
+            }
+        }
+        let Some(key) = found else {
+            return Err(Error::Denied(format!("wrong password for repository {url}")));
+        };
+        let sealed = probe.read(&join(&root, "config")).await?;
+        let cfg = key.open(&sealed, &format!("{url}/config"))?;
+        let config: Config = serde_json::from_slice(&cfg)
+            .map_err(|e| Error::Checksum(format!("{url}/config: {e}")))?;
+        Ok(Repo {
+            store,
+            root,
+            engine,
+            key,
+            config,
+        })
+    }
+
+    /// Adds a key file for `password`; returns its id.
+    pub async fn add_key(&self, password: &[u8]) -> Result<Id> {
+        let key = self.key.clone();
+        let password = password.to_vec();
+        let kf = tokio::task::spawn_blocking(move || KeyFile::wrap(&key, &password))
+            .await
+            .map_err(|e| Error::Permanent(e.to_string()))??;
+        let body = serde_json::to_vec_pretty(&kf).expect("serializable");
+        let id = Id::of(&body);
+        self.put(&join(&self.root, &format!("keys/{id}")), body).await?;
+        Ok(id)
+    }
+
+    /// Ids of the key files.
+    pub async fn keys(&self) -> Result<Vec<Id>> {
+        self.list_ids("keys").await
+    }
+
+    /// Removes a key file.
+    pub async fn remove_key(&self, id: &Id) -> Result<()> {
+        self.store.delete(&join(&self.root, &format!("keys/{id}"))).await
+    }
+
+    /// The repository's location, for messages.
+    pub fn url(&self) -> String {
+        show(&self.store, &self.root)
+    }
+
+    /// The master key.
+    pub fn key(&self) -> &MasterKey {
+        &self.key
+    }
+
+    /// The engine moving bytes.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The store and the key of `rel` in it.
+    pub fn path(&self, rel: &str) -> String {
+        join(&self.root, rel)
+    }
+
+    /// The store.
+    pub fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
+    /// Where pack `id` lives.
+    pub fn pack_path(&self, id: &Id) -> String {
+        let h = id.hex();
+        join(&self.root, &format!("data/{}/{h}", &h[..2]))
+    }
+
+    pub(crate) async fn put(&self, key: &str, body: Vec<u8>) -> Result<u64> {
+        self.engine
+            .upload(&body[..], &self.store, key, Class::Bulk, Arc::new(NoProgress))
+            .await
+    }
+
+    /// A whole object.
+    pub async fn read(&self, key: &str) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.engine
+            .download(&self.store, key, &mut out, Class::Bulk, &NoProgress)
+            .await?;
+        Ok(out)
+    }
+
+    /// A range of an object.
+    pub async fn read_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<bytes::Bytes> {
+        let what = format!("read {key}");
+        self.engine
+            .request(Class::Bulk, &what, || self.store.get_range(key, range.clone()))
+            .await
+    }
+
+    /// Stores `plain` as an encrypted, compressed file of `kind` (index, snapshots, locks).
+    pub async fn save_file(&self, kind: &str, plain: &[u8]) -> Result<Id> {
+        let packed = zstd::bulk::compress(plain, 3).map_err(|e| Error::Permanent(e.to_string()))?;
+        let sealed = self.key.seal(&packed);
+        let id = Id::of(&sealed);
+        self.put(&join(&self.root, &format!("{kind}/{id}")), sealed).await?;
+        Ok(id)
+    }
+
+    /// Reads a file [`Repo::save_file`] wrote, checked against its name and decrypted.
+    pub async fn load_file(&self, kind: &str, id: &Id) -> Result<Vec<u8>> {
+        let key = join(&self.root, &format!("{kind}/{id}"));
+        let sealed = self.read(&key).await?;
+        let what = format!("{}/{kind}/{id}", self.url());
+        if Id::of(&sealed) != *id {
+            return Err(Error::Checksum(format!("{what}: content does not match its name (damaged)")));
+        }
+        let packed = self.key.open(&sealed, &what)?;
+        zstd::stream::decode_all(&packed[..])
+            .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))
+    }
+
+    /// Ids of the files of `kind`.
+    pub async fn list_ids(&self, kind: &str) -> Result<Vec<Id>> {
+        let prefix = join(&self.root, &format!("{kind}/"));
+        let what = format!("list {prefix}");
+        let objs = self
+            .engine
+            .request(Class::Bulk, &what, || self.store.list(&prefix))
+            .await?;
+        Ok(objs
+            .iter()
+            .filter_map(|o| Id::parse(o.key.rsplit('/').next()?))
+            .collect())
+    }
+
+    /// Deletes the file `kind/id`.
+    pub async fn delete_file(&self, kind: &str, id: &Id) -> Result<()> {
+        self.store.delete(&join(&self.root, &format!("{kind}/{id}"))).await
+    }
+
+    /// Loads every index file in parallel; returns the index and the files' ids. Damaged
+    /// index files are returned as errors beside the rest.
+    pub async fn load_index(&self) -> Result<(Index, Vec<Id>, Vec<Error>)> {
+        let ids = self.list_ids("index").await?;
+        let mut loaded = futures::stream::iter(ids.clone())
+            .map(|id| async move {
+                let what = format!("{}/index/{id}", self.url());
+                let r = self.load_file("index", &id).await;
+                (id, r.and_then(|b| index::decode(&b, &what)))
+            })
+            .buffer_unordered(READ_AHEAD);
+        let mut idx = Index::default();
+        let mut errors = Vec::new();
+        let mut good = Vec::new();
+        while let Some((id, r)) = loaded.next().await {
+            match r {
+                Ok(packs) => {
+                    for (p, e) in &packs {
+                        idx.add_pack(*p, e);
+                    }
+                    good.push(id);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        idx.finish();
+        Ok((idx, good, errors))
+    }
+}
+
+fn show(store: &SharedStore, root: &str) -> String {
+    let base = store.url();
+    let base = base.trim_end_matches('/');
+    match (base.is_empty(), root.is_empty()) {
+        (_, true) => base.to_string(),
+        (true, false) => format!("/{root}"),
+        (false, false) => format!("{base}/{root}"),
+    }
+}

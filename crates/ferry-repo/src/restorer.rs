@@ -1,0 +1,367 @@
+//! `restore`: a snapshot back to a directory. Trees load in parallel; file content is fetched
+//! pack by pack, each pack's needed blobs in a few coalesced ranged reads, many packs at once,
+//! and written at their offsets. Files are written under temp names and renamed only when
+//! every blob checked out: a damaged file is reported by name, never left half-written.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr, OsString};
+use std::fs;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use ferry_store::{Error, Result};
+use futures::StreamExt;
+
+use crate::blob::{load_tree, open_blob};
+use crate::id::Id;
+use crate::index::Index;
+use crate::repo::{Repo, READ_AHEAD};
+use crate::snapshot::Snapshot;
+use crate::tree::{Node, NodeKind};
+
+/// Ranged reads in flight: at 4 MiB each, 96 MiB of buffers at most.
+const READS_AT_ONCE: usize = 24;
+/// Needed blobs closer than this are fetched in one read, the bytes between them discarded.
+const COALESCE_GAP: u64 = 256 << 10;
+/// Longest single read: long reads would leave few requests in flight on a high-latency link.
+const MAX_READ: u64 = 4 << 20;
+
+/// What a restore did.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// Files written.
+    pub files: u64,
+    /// Directories created.
+    pub dirs: u64,
+    /// Bytes of file content.
+    pub bytes: u64,
+    /// Files that could not be restored, with why.
+    pub errors: Vec<String>,
+}
+
+struct Item {
+    rel: PathBuf,
+    node: Node,
+}
+
+/// Every entry of the snapshot under `include` (all when empty), parents before children.
+async fn walk(repo: &Repo, index: &Index, root: Id, include: &[PathBuf]) -> Result<Vec<Item>> {
+    let wanted = |rel: &Path| {
+        include.is_empty()
+            || include
+                .iter()
+                .any(|inc| rel.starts_with(inc) || inc.starts_with(rel))
+    };
+    let mut items = Vec::new();
+    let mut level: Vec<(PathBuf, Id)> = vec![(PathBuf::new(), root)];
+    while !level.is_empty() {
+        let trees: Vec<(PathBuf, Result<crate::tree::Tree>)> = futures::stream::iter(level)
+            .map(|(rel, id)| async move { (rel, load_tree(repo, index, &id).await) })
+            .buffered(READ_AHEAD)
+            .collect()
+            .await;
+        let mut next = Vec::new();
+        for (rel, tree) in trees {
+            for node in tree?.nodes {
+                let child = rel.join(OsString::from_vec(node.name_bytes()));
+                if !wanted(&child) {
+                    continue;
+                }
+                if let Some(sub) = node.subtree {
+                    next.push((child.clone(), sub));
+                }
+                items.push(Item { rel: child, node });
+            }
+        }
+        level = next;
+    }
+    Ok(items)
+}
+
+fn cstr(p: &Path) -> Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid(format!("{}: NUL in path", p.display())))
+}
+
+/// Sets owner (when root), mode, times and xattrs, without following symlinks.
+fn apply_meta(path: &Path, n: &Node) -> std::io::Result<()> {
+    let c = cstr(path).map_err(std::io::Error::other)?;
+    // SAFETY: valid NUL-terminated path; plain syscalls.
+    unsafe {
+        if libc::geteuid() == 0 {
+            libc::lchown(c.as_ptr(), n.uid, n.gid);
+        }
+    }
+    if n.kind != NodeKind::Symlink {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(n.mode))?;
+        for (k, v) in &n.xattrs {
+            if let (Ok(k), Ok(v)) = (hex::decode(k), hex::decode(v)) {
+                let _ = xattr::set(path, OsStr::from_bytes(&k), &v);
+            }
+        }
+    }
+    let ts = |ns: i64| libc::timespec {
+        tv_sec: ns.div_euclid(1_000_000_000),
+        tv_nsec: ns.rem_euclid(1_000_000_000),
+    };
+    let times = [ts(n.mtime), ts(n.mtime)];
+    // SAFETY: valid path and a two-element timespec array, as utimensat requires.
+    let rc = unsafe {
+        libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn temp_of(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let mut t = OsString::from(".");
+    t.push(name);
+    t.push(".ferry-restore");
+    path.with_file_name(t)
+}
+
+/// One coalesced read: a range of a pack and the blobs in it.
+struct Read {
+    pack: Id,
+    start: u64,
+    end: u64,
+    /// Offset, sealed length, id, and where the plaintext goes: (item, file offset).
+    blobs: Vec<(u64, u32, Id, Vec<(usize, u64)>)>,
+}
+
+/// Restores `snap` (the parts under `include`, absolute paths as backed up) into `target`.
+pub async fn restore(
+    repo: Arc<Repo>,
+    index: Arc<Index>,
+    snap: &Snapshot,
+    target: &Path,
+    include: &[PathBuf],
+    progress: Arc<dyn crate::archiver::BackupProgress>,
+) -> Result<Restored> {
+    let include: Vec<PathBuf> = include
+        .iter()
+        .map(|p| p.strip_prefix("/").unwrap_or(p).to_path_buf())
+        .collect();
+    let items = walk(&repo, &index, snap.tree, &include).await?;
+    if !include.is_empty() && items.is_empty() {
+        return Err(Error::NotFound(format!("{include:?}: not in the snapshot")));
+    }
+    fs::create_dir_all(target).map_err(|e| Error::io(target.display(), e))?;
+    let mut out = Restored::default();
+    let mut damaged: HashMap<usize, String> = HashMap::new();
+    // pack -> blob -> (offset, sealed len, targets)
+    let mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Vec<(usize, u64)>)>> = HashMap::new();
+    let mut links: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut hardlinks: Vec<(usize, usize)> = Vec::new();
+
+    for (i, it) in items.iter().enumerate() {
+        let path = target.join(&it.rel);
+        let n = &it.node;
+        let made = match n.kind {
+            NodeKind::Dir => {
+                out.dirs += 1;
+                fs::create_dir_all(&path)
+            }
+            NodeKind::Symlink => {
+                let t = hex::decode(n.target.as_deref().unwrap_or_default()).unwrap_or_default();
+                let _ = fs::remove_file(&path);
+                std::os::unix::fs::symlink(OsStr::from_bytes(&t), &path)
+            }
+            NodeKind::Fifo | NodeKind::Chardev | NodeKind::Blockdev => {
+                let kind = match n.kind {
+                    NodeKind::Fifo => libc::S_IFIFO,
+                    NodeKind::Chardev => libc::S_IFCHR,
+                    _ => libc::S_IFBLK,
+                };
+                let c = cstr(&path)?;
+                let _ = fs::remove_file(&path);
+                // SAFETY: valid path; mknod creates a node or fails.
+                let rc = unsafe {
+                    libc::mknod(c.as_ptr(), kind | (n.mode & 0o7777), n.rdev.unwrap_or(0) as libc::dev_t)
+                };
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            }
+            NodeKind::Socket => Ok(()),
+            NodeKind::File => {
+                if n.nlink > 1 {
+                    if let Some(&first) = links.get(&(n.dev, n.inode)) {
+                        hardlinks.push((first, i));
+                        continue;
+                    }
+                    links.insert((n.dev, n.inode), i);
+                }
+                out.files += 1;
+                out.bytes += n.size;
+                let mut off = 0u64;
+                for id in &n.content {
+                    let Some(loc) = index.get(id) else {
+                        damaged.insert(i, format!("blob {} is in no index", id.short()));
+                        break;
+                    };
+                    let e = by_pack.entry(loc.pack).or_default();
+                    e.entry(*id)
+                        .or_insert((loc.offset, loc.len, Vec::new()))
+                        .2
+                        .push((i, off));
+                    off += u64::from(loc.plain_len);
+                }
+                if !damaged.contains_key(&i) && off != n.size {
+                    damaged.insert(i, format!("blobs hold {off} bytes, the snapshot says {}", n.size));
+                }
+                // set_len leaves holes: chunks of zeros are never written, so sparse files
+                // come back sparse.
+                fs::File::create(temp_of(&path)).and_then(|f| f.set_len(n.size))
+            }
+        };
+        if let Err(e) = made {
+            damaged.insert(i, e.to_string());
+        }
+    }
+
+    // Reads in pack order, each at most a few MiB, many in flight.
+    let mut packs: Vec<u32> = by_pack.keys().copied().collect();
+    packs.sort_unstable();
+    let mut reads = Vec::new();
+    for p in packs {
+        let mut blobs: Vec<(u64, u32, Id, Vec<(usize, u64)>)> = by_pack
+            .remove(&p)
+            .expect("listed")
+            .into_iter()
+            .map(|(id, (o, l, t))| (u64::from(o), l, id, t))
+            .collect();
+        blobs.sort_by_key(|b| b.0);
+        let pack = index.pack(p);
+        for b in blobs {
+            let b_end = b.0 + u64::from(b.1);
+            match reads.last_mut() {
+                Some(Read { pack: rp, start, end, blobs: rb })
+                    if *rp == pack && b.0 <= *end + COALESCE_GAP && b_end - *start <= MAX_READ =>
+                {
+                    *end = b_end;
+                    rb.push(b);
+                }
+                _ => reads.push(Read {
+                    pack,
+                    start: b.0,
+                    end: b_end,
+                    blobs: vec![b],
+                }),
+            }
+        }
+    }
+    let damaged = Mutex::new(damaged);
+    let paths: Vec<PathBuf> = items.iter().map(|it| temp_of(&target.join(&it.rel))).collect();
+    let paths = Arc::new(paths);
+    let key = repo.key().clone();
+    let mut running = futures::stream::iter(reads)
+        .map(|r| {
+            let repo = repo.clone();
+            let key = key.clone();
+            let paths = paths.clone();
+            let progress = progress.clone();
+            async move {
+                let fetched = repo.read_range(&repo.pack_path(&r.pack), r.start..r.end).await;
+                tokio::task::spawn_blocking(move || {
+                    let mut bad: Vec<(usize, String)> = Vec::new();
+                    for (o, l, id, targets) in r.blobs {
+                        let what = format!("blob {} in pack {}", id.short(), r.pack.short());
+                        let plain = match &fetched {
+                            Ok(b) => {
+                                let s = (o - r.start) as usize;
+                                open_blob(&key, &b[s..s + l as usize], &id, &what)
+                            }
+                            Err(e) => Err(Error::Permanent(format!("{what}: {e}"))),
+                        };
+                        let plain = match plain {
+                            Ok(p) => p,
+                            Err(e) => {
+                                bad.extend(targets.iter().map(|(i, _)| (*i, e.to_string())));
+                                continue;
+                            }
+                        };
+                        let zeros = plain.iter().all(|&b| b == 0);
+                        for (item, off) in targets {
+                            if !zeros {
+                                let w = fs::OpenOptions::new()
+                                    .write(true)
+                                    .open(&paths[item])
+                                    .and_then(|f| f.write_all_at(&plain, off));
+                                if let Err(e) = w {
+                                    bad.push((item, e.to_string()));
+                                }
+                            }
+                            progress.done(plain.len() as u64);
+                        }
+                    }
+                    bad
+                })
+                .await
+                .map_err(|e| Error::Permanent(e.to_string()))
+            }
+        })
+        .buffer_unordered(READS_AT_ONCE);
+    while let Some(r) = running.next().await {
+        let mut d = damaged.lock().expect("damaged");
+        for (i, why) in r? {
+            d.entry(i).or_insert(why);
+        }
+    }
+    drop(running);
+    let damaged = damaged.into_inner().expect("damaged");
+
+    for (i, it) in items.iter().enumerate() {
+        let path = target.join(&it.rel);
+        if let Some(why) = damaged.get(&i) {
+            let _ = fs::remove_file(temp_of(&path));
+            out.errors.push(format!("/{}: {why}", it.rel.display()));
+            continue;
+        }
+        if it.node.kind == NodeKind::File {
+            let tmp = temp_of(&path);
+            if !tmp.exists() {
+                continue; // a hard link's second name, linked below
+            }
+            if let Err(e) = fs::rename(&tmp, &path) {
+                out.errors.push(format!("/{}: {e}", it.rel.display()));
+                continue;
+            }
+        }
+        if it.node.kind != NodeKind::Dir && it.node.kind != NodeKind::Socket {
+            if let Err(e) = apply_meta(&path, &it.node) {
+                out.errors.push(format!("/{}: metadata: {e}", it.rel.display()));
+            }
+        }
+    }
+    for (first, other) in hardlinks {
+        let a = target.join(&items[first].rel);
+        let b = target.join(&items[other].rel);
+        if damaged.contains_key(&first) {
+            out.errors.push(format!(
+                "/{}: hard link to a damaged file",
+                items[other].rel.display()
+            ));
+            continue;
+        }
+        let _ = fs::remove_file(&b);
+        if let Err(e) = fs::hard_link(&a, &b) {
+            out.errors.push(format!("/{}: {e}", items[other].rel.display()));
+        }
+    }
+    // Directories last, deepest first: writing into them changed their mtime.
+    for it in items.iter().rev().filter(|it| it.node.kind == NodeKind::Dir) {
+        if let Err(e) = apply_meta(&target.join(&it.rel), &it.node) {
+            out.errors.push(format!("/{}: metadata: {e}", it.rel.display()));
+        }
+    }
+    Ok(out)
+}

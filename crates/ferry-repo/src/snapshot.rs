@@ -1,0 +1,61 @@
+//! Snapshots: what was backed up, when, from where, pointing at the root tree.
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::Id;
+
+/// Counts a backup reports and its snapshot keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Files read because they were new or changed.
+    pub files_read: u64,
+    /// Files taken from the parent snapshot without reading.
+    pub files_unchanged: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Bytes of every file in the snapshot.
+    pub total_bytes: u64,
+    /// Bytes read from files.
+    pub bytes_read: u64,
+    /// Blobs new to the repository.
+    pub blobs_new: u64,
+    /// Plaintext bytes of the new blobs.
+    pub bytes_new: u64,
+    /// Bytes uploaded (packs, compressed and encrypted).
+    pub bytes_stored: u64,
+    /// Files or directories that could not be read.
+    pub errors: u64,
+}
+
+/// One snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Seconds since the epoch.
+    pub time: i64,
+    /// Host that made it.
+    pub hostname: String,
+    /// What was backed up (absolute paths, or the stream's name).
+    pub paths: Vec<String>,
+    /// Free-form tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The root tree: one node per path.
+    pub tree: Id,
+    /// The snapshot whose metadata let unchanged files go unread.
+    #[serde(default)]
+    pub parent: Option<Id>,
+    /// Counts.
+    pub summary: Summary,
+}
+
+/// The host's name, for snapshots.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}

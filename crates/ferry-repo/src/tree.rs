@@ -1,0 +1,120 @@
+//! Trees: one directory's entries with their metadata, stored as a blob. A snapshot points at
+//! the root tree; a directory's node points at its subtree.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::Id;
+
+/// What kind of file a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A character device.
+    Chardev,
+    /// A block device.
+    Blockdev,
+    /// A socket (recorded, not restored).
+    Socket,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// File name, hex-encoded when it is not UTF-8 (see [`Node::name_bytes`]).
+    pub name: String,
+    /// True when `name` is hex.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub name_hex: bool,
+    /// Kind.
+    pub kind: NodeKind,
+    /// Permission bits (and setuid/setgid/sticky).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Modification time, ns since the epoch.
+    pub mtime: i64,
+    /// Status change time, ns: with size, mtime and inode, proves a file unchanged.
+    pub ctime: i64,
+    /// Inode: change detection, and hard links within one snapshot.
+    pub inode: u64,
+    /// Device of the inode.
+    pub dev: u64,
+    /// Link count (>1: a hard link).
+    pub nlink: u64,
+    /// Size in bytes (files).
+    #[serde(default)]
+    pub size: u64,
+    /// Content blobs, in order (files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<Id>,
+    /// The directory's tree (dirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtree: Option<Id>,
+    /// Link target, hex (symlinks): targets need not be UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Device number (devices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdev: Option<u64>,
+    /// Extended attributes: name and value, hex.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xattrs: Vec<(String, String)>,
+}
+
+impl Node {
+    /// Encodes a file name.
+    pub fn set_name(&mut self, name: &OsStr) {
+        match name.to_str() {
+            Some(s) => {
+                self.name = s.to_string();
+                self.name_hex = false;
+            }
+            None => {
+                self.name = hex::encode(name.as_bytes());
+                self.name_hex = true;
+            }
+        }
+    }
+
+    /// The file name's bytes.
+    pub fn name_bytes(&self) -> Vec<u8> {
+        if self.name_hex {
+            hex::decode(&self.name).unwrap_or_default()
+        } else {
+            self.name.as_bytes().to_vec()
+        }
+    }
+
+    /// True when a file with this node's metadata may keep `older`'s content unread:
+    /// same size, mtime, ctime and inode. ctime moves on every write and on every metadata
+    /// change, and cannot be set back by tools that restore mtime.
+    pub fn unchanged_since(&self, older: &Node) -> bool {
+        self.kind == NodeKind::File
+            && older.kind == NodeKind::File
+            && self.size == older.size
+            && self.mtime == older.mtime
+            && self.ctime == older.ctime
+            && self.inode == older.inode
+            && self.dev == older.dev
+    }
+}
+
+/// A directory's entries, sorted by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tree {
+    /// The entries.
+    pub nodes: Vec<Node>,
+}
