@@ -193,14 +193,17 @@ impl Archiver {
         if size <= u64::from(cfg.chunk_min) {
             // A small file is one chunk: no chunker buffer for it.
             let mut buf = Vec::with_capacity(size as usize);
-            fs::File::open(path).and_then(|mut f| f.read_to_end(&mut buf)).map_err(io)?;
+            fs::File::open(path)
+                .and_then(|mut f| f.read_to_end(&mut buf))
+                .map_err(io)?;
             if !buf.is_empty() {
                 read = buf.len() as u64;
                 ids.push(self.add_blob(BlobKind::Data, &buf)?);
             }
         } else {
             let f = fs::File::open(path).map_err(io)?;
-            let chunker = fastcdc::v2020::StreamCDC::new(f, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max);
+            let chunker =
+                fastcdc::v2020::StreamCDC::new(f, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max);
             for chunk in chunker {
                 let c = chunk.map_err(|e| Error::Permanent(format!("{}: {e}", path.display())))?;
                 read += c.length as u64;
@@ -283,10 +286,17 @@ impl Archiver {
     }
 
     /// Backs up one entry at `path`, given the same entry in the parent snapshot.
-    fn save_entry(self: &Arc<Self>, path: PathBuf, old: Option<Node>) -> BoxFuture<'static, Option<Node>> {
+    fn save_entry(
+        self: &Arc<Self>,
+        path: PathBuf,
+        old: Option<Node>,
+    ) -> BoxFuture<'static, Option<Node>> {
         let me = self.clone();
         async move {
-            let name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+            let name = path
+                .file_name()
+                .map(|n| n.to_os_string())
+                .unwrap_or_default();
             let mut node = match Self::node(&path, &name) {
                 Ok(n) => n,
                 Err(e) => {
@@ -302,7 +312,8 @@ impl Archiver {
                     } else {
                         let _permit = me.files.acquire().await.expect("open semaphore");
                         let (m2, p2, size) = (me.clone(), path.clone(), node.size);
-                        match tokio::task::spawn_blocking(move || m2.save_content(&p2, size)).await {
+                        match tokio::task::spawn_blocking(move || m2.save_content(&p2, size)).await
+                        {
                             Ok(Ok((ids, read))) => {
                                 node.content = ids;
                                 node.size = read;
@@ -341,7 +352,11 @@ impl Archiver {
     }
 
     /// Backs up a directory's entries; returns its tree's id.
-    fn save_dir(self: &Arc<Self>, path: PathBuf, old: Option<Tree>) -> BoxFuture<'static, Result<Id>> {
+    fn save_dir(
+        self: &Arc<Self>,
+        path: PathBuf,
+        old: Option<Tree>,
+    ) -> BoxFuture<'static, Result<Id>> {
         let me = self.clone();
         async move {
             let p = path.clone();
@@ -451,7 +466,9 @@ impl Archiver {
             let cfg = me.repo.config.clone();
             let mut ids = Vec::new();
             let mut size = 0u64;
-            for chunk in fastcdc::v2020::StreamCDC::new(reader, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max) {
+            for chunk in
+                fastcdc::v2020::StreamCDC::new(reader, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max)
+            {
                 let c = chunk.map_err(|e| Error::Permanent(format!("read stdin: {e}")))?;
                 size += c.length as u64;
                 me.progress.done(c.length as u64);
@@ -493,7 +510,8 @@ impl Archiver {
             st.summary.total_bytes = size;
         }
         let root = self.save_tree(vec![node]).await?;
-        self.finish(root, vec![format!("stdin:{name}")], None, tags).await
+        self.finish(root, vec![format!("stdin:{name}")], None, tags)
+            .await
     }
 
     async fn finish(
@@ -543,7 +561,10 @@ impl Archiver {
         };
         let id = self
             .repo
-            .save_file("snapshots", &serde_json::to_vec(&snapshot).expect("serializable"))
+            .save_file(
+                "snapshots",
+                &serde_json::to_vec(&snapshot).expect("serializable"),
+            )
             .await?;
         Ok(Outcome {
             id,

@@ -18,7 +18,9 @@ pub fn open_blob(key: &MasterKey, sealed: &[u8], id: &Id, what: &str) -> Result<
         _ => return Err(Error::Checksum(format!("{what}: unknown blob encoding"))),
     };
     if key.blob_id(&plain) != *id {
-        return Err(Error::Checksum(format!("{what}: content does not match its id")));
+        return Err(Error::Checksum(format!(
+            "{what}: content does not match its id"
+        )));
     }
     Ok(plain)
 }

@@ -74,7 +74,9 @@ pub async fn used_blobs(
     }
     while !level.is_empty() {
         let trees: Vec<_> = futures::stream::iter(level)
-            .map(|(sid, path, id)| async move { (sid, path, id, load_tree(repo, index, &id).await) })
+            .map(
+                |(sid, path, id)| async move { (sid, path, id, load_tree(repo, index, &id).await) },
+            )
             .buffer_unordered(READ_AHEAD)
             .collect()
             .await;
@@ -164,8 +166,10 @@ pub async fn check(repo: &Repo, read_data: bool) -> Result<Report> {
     r.errors.extend(problems);
 
     if read_data {
-        let present: Vec<&(Id, Vec<crate::pack::Entry>)> =
-            by_pack.iter().filter(|(p, _)| stored.contains_key(p)).collect();
+        let present: Vec<&(Id, Vec<crate::pack::Entry>)> = by_pack
+            .iter()
+            .filter(|(p, _)| stored.contains_key(p))
+            .collect();
         let results: Vec<Vec<String>> = futures::stream::iter(present)
             .map(|(pack, entries)| async move {
                 let mut errs = Vec::new();

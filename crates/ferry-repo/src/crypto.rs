@@ -55,7 +55,9 @@ impl MasterKey {
     /// Decrypts what [`MasterKey::seal`] made; `what` names it in the error.
     pub fn open(&self, sealed: &[u8], what: &str) -> Result<Vec<u8>> {
         open_with(&self.enc, sealed).ok_or_else(|| {
-            Error::Checksum(format!("{what}: does not decrypt (damaged or not this repository's)"))
+            Error::Checksum(format!(
+                "{what}: does not decrypt (damaged or not this repository's)"
+            ))
         })
     }
 
@@ -109,7 +111,8 @@ const M_COST: u32 = 64 * 1024;
 const T_COST: u32 = 3;
 
 fn derive(password: &[u8], salt: &[u8], m: u32, t: u32, p: u32) -> Result<[u8; 32]> {
-    let params = Params::new(m, t, p, Some(32)).map_err(|e| Error::Invalid(format!("key file: {e}")))?;
+    let params =
+        Params::new(m, t, p, Some(32)).map_err(|e| Error::Invalid(format!("key file: {e}")))?;
     let mut out = [0u8; 32];
     Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
         .hash_password_into(password, salt, &mut out)

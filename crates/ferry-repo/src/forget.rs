@@ -25,9 +25,16 @@ pub struct Policy {
 impl Policy {
     /// True when no rule is set (forget would remove everything).
     pub fn is_empty(&self) -> bool {
-        [self.last, self.hourly, self.daily, self.weekly, self.monthly, self.yearly]
-            .iter()
-            .all(Option::is_none)
+        [
+            self.last,
+            self.hourly,
+            self.daily,
+            self.weekly,
+            self.monthly,
+            self.yearly,
+        ]
+        .iter()
+        .all(Option::is_none)
     }
 }
 
@@ -44,9 +51,13 @@ fn year_month(days: i64) -> (i64, i64) {
     (y, m)
 }
 
+type Groups<'a> = BTreeMap<(String, Vec<String>), Vec<&'a (Id, Snapshot)>>;
+/// A rule: how many to keep, and the period a snapshot time falls in.
+type Rule<'a> = (Option<u32>, &'a dyn Fn(i64) -> i64);
+
 /// The snapshots to keep; each host and path set is judged on its own.
 pub fn keep(snaps: &[(Id, Snapshot)], p: &Policy) -> HashSet<Id> {
-    let mut groups: BTreeMap<(String, Vec<String>), Vec<&(Id, Snapshot)>> = BTreeMap::new();
+    let mut groups: Groups = BTreeMap::new();
     for s in snaps {
         groups
             .entry((s.1.hostname.clone(), s.1.paths.clone()))
@@ -56,7 +67,7 @@ pub fn keep(snaps: &[(Id, Snapshot)], p: &Policy) -> HashSet<Id> {
     let mut kept = HashSet::new();
     for (_, mut g) in groups {
         g.sort_by_key(|s| std::cmp::Reverse(s.1.time));
-        let rules: [(Option<u32>, &dyn Fn(i64) -> i64); 6] = [
+        let rules: [Rule; 6] = [
             (p.last, &|_| 0),
             (p.hourly, &|t| t.div_euclid(3600)),
             (p.daily, &|t| t.div_euclid(86_400)),
@@ -110,11 +121,29 @@ mod tests {
     #[test]
     fn daily_keeps_the_newest_of_each_day() {
         let day = 86_400;
-        let s: Vec<_> = [0, 100, day, day + 5, 2 * day, 3 * day].iter().map(|&t| snap(t)).collect();
-        let k = keep(&s, &Policy { daily: Some(3), ..Default::default() });
-        let want: HashSet<Id> = [3 * day, 2 * day, day + 5].iter().map(|&t| snap(t).0).collect();
+        let s: Vec<_> = [0, 100, day, day + 5, 2 * day, 3 * day]
+            .iter()
+            .map(|&t| snap(t))
+            .collect();
+        let k = keep(
+            &s,
+            &Policy {
+                daily: Some(3),
+                ..Default::default()
+            },
+        );
+        let want: HashSet<Id> = [3 * day, 2 * day, day + 5]
+            .iter()
+            .map(|&t| snap(t).0)
+            .collect();
         assert_eq!(k, want);
-        let k = keep(&s, &Policy { last: Some(2), ..Default::default() });
+        let k = keep(
+            &s,
+            &Policy {
+                last: Some(2),
+                ..Default::default()
+            },
+        );
         assert_eq!(k.len(), 2);
         assert_eq!(year_month(0), (1970, 1));
         assert_eq!(year_month(19_723), (2024, 1)); // 2024-01-01

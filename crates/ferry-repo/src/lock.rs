@@ -30,7 +30,9 @@ struct LockInfo {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// A held lock; released on [`Lock::release`] (or left to go stale if the process dies).
@@ -66,13 +68,18 @@ async fn write(repo: &Repo, exclusive: bool) -> Result<Id> {
         pid: std::process::id(),
         time: now(),
     };
-    repo.save_file("locks", &serde_json::to_vec(&info).expect("serializable")).await
+    repo.save_file("locks", &serde_json::to_vec(&info).expect("serializable"))
+        .await
 }
 
 fn describe(l: &LockInfo) -> String {
     format!(
         "{} lock of {} pid {} ({}s ago)",
-        if l.exclusive { "an exclusive" } else { "a shared" },
+        if l.exclusive {
+            "an exclusive"
+        } else {
+            "a shared"
+        },
         l.hostname,
         l.pid,
         now().saturating_sub(l.time)

@@ -68,7 +68,7 @@ pub(crate) fn encode_entries(entries: &[Entry], out: &mut Vec<u8>) {
 
 pub(crate) fn decode_entries(b: &[u8], what: &str) -> Result<Vec<Entry>> {
     let bad = || Error::Checksum(format!("{what}: malformed blob list"));
-    if b.len() % ENTRY_LEN != 0 {
+    if !b.len().is_multiple_of(ENTRY_LEN) {
         return Err(bad());
     }
     b.chunks_exact(ENTRY_LEN)

@@ -93,11 +93,19 @@ async fn run(repo: &Repo) -> Result<Pruned> {
     for (pack, live) in &rewrite {
         let body = repo.read(&repo.pack_path(pack)).await?;
         if Id::of(&body) != *pack {
-            return Err(Error::Checksum(format!("pack {}: damaged, run check --read-data", pack.short())));
+            return Err(Error::Checksum(format!(
+                "pack {}: damaged, run check --read-data",
+                pack.short()
+            )));
         }
         for e in live {
             let s = e.offset as usize;
-            packer.add(e.kind, e.id, &body[s..s + e.len as usize], e.plain_len as usize);
+            packer.add(
+                e.kind,
+                e.id,
+                &body[s..s + e.len as usize],
+                e.plain_len as usize,
+            );
             if packer.len() >= repo.config.pack_size as usize {
                 new_packs.push(flush(repo, std::mem::take(&mut packer)).await?);
             }

@@ -40,6 +40,8 @@ pub struct Repo {
     root: String,
     engine: Engine,
     key: MasterKey,
+    /// The key file that opened the repository.
+    opened_with: Option<Id>,
     /// Settings fixed at init.
     pub config: Config,
 }
@@ -57,16 +59,27 @@ pub(crate) const READ_AHEAD: usize = 32;
 
 impl Repo {
     /// Creates a repository under `root`; refuses a prefix that already holds one.
-    pub async fn init(store: SharedStore, root: &str, engine: Engine, password: &[u8]) -> Result<Repo> {
+    pub async fn init(
+        store: SharedStore,
+        root: &str,
+        engine: Engine,
+        password: &[u8],
+    ) -> Result<Repo> {
         let root = root.trim_matches('/').to_string();
         let url = show(&store, &root);
         match store.head(&join(&root, MARKER)).await {
-            Ok(_) => return Err(Error::AlreadyExists(format!("{url} already holds a ferry repository"))),
+            Ok(_) => {
+                return Err(Error::AlreadyExists(format!(
+                    "{url} already holds a ferry repository"
+                )))
+            }
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
         if !store.list(&join(&root, "keys/")).await?.is_empty() {
-            return Err(Error::AlreadyExists(format!("{url} already holds repository keys")));
+            return Err(Error::AlreadyExists(format!(
+                "{url} already holds repository keys"
+            )));
         }
         let key = MasterKey::generate();
         let config = Config {
@@ -77,31 +90,39 @@ impl Repo {
             chunk_max: 8 << 20,
             pack_size: 16 << 20,
         };
-        let repo = Repo {
+        let mut repo = Repo {
             store,
             root,
             engine,
             key,
+            opened_with: None,
             config,
         };
         // Marker last: a half-made repository is not mistaken for one.
-        repo.add_key(password).await?;
+        repo.opened_with = Some(repo.add_key(password).await?);
         let cfg = serde_json::to_vec(&repo.config).expect("serializable");
-        repo.put(&join(&repo.root, "config"), repo.key.seal(&cfg)).await?;
-        repo.put(&join(&repo.root, MARKER), MARKER_TEXT.as_bytes().to_vec()).await?;
+        repo.put(&join(&repo.root, "config"), repo.key.seal(&cfg))
+            .await?;
+        repo.put(&join(&repo.root, MARKER), MARKER_TEXT.as_bytes().to_vec())
+            .await?;
         Ok(repo)
     }
 
     /// Opens the repository under `root` with `password`.
-    pub async fn open(store: SharedStore, root: &str, engine: Engine, password: &[u8]) -> Result<Repo> {
+    pub async fn open(
+        store: SharedStore,
+        root: &str,
+        engine: Engine,
+        password: &[u8],
+    ) -> Result<Repo> {
         let root = root.trim_matches('/').to_string();
         let url = show(&store, &root);
         match store.head(&join(&root, MARKER)).await {
             Ok(_) => {}
             Err(Error::NotFound(_)) => {
                 return Err(Error::Invalid(format!(
-                    "{url} is not a ferry repository (no {MARKER} marker; create one with ferry init)"
-                )))
+                "{url} is not a ferry repository (no {MARKER} marker; create one with ferry init)"
+            )))
             }
             Err(e) => return Err(e),
         }
@@ -111,6 +132,7 @@ impl Repo {
             root: root.clone(),
             engine: engine.clone(),
             key: MasterKey::generate(),
+            opened_with: None,
             config: Config {
                 version: 0,
                 id: Id::default(),
@@ -131,12 +153,15 @@ impl Repo {
                 .await
                 .map_err(|e| Error::Permanent(e.to_string()))??;
             if let Some(key) = opened {
-                found = Some(key);
+                found = Some((key, Id::parse(k.key.rsplit('/').next().unwrap_or_default())));
                 break;
             }
         }
-        let Some(key) = found else {
-            return Err(Error::Denied(format!("wrong password for repository {url}")));
+        let Some((key, opened_with)) = found else {
+            return Err(Error::Denied(format!(
+                "wrong password for repository {url} (or its key files are damaged: {} tried)",
+                keys.len()
+            )));
         };
         let sealed = probe.read(&join(&root, "config")).await?;
         let cfg = key.open(&sealed, &format!("{url}/config"))?;
@@ -147,6 +172,7 @@ impl Repo {
             root,
             engine,
             key,
+            opened_with,
             config,
         })
     }
@@ -160,8 +186,14 @@ impl Repo {
             .map_err(|e| Error::Permanent(e.to_string()))??;
         let body = serde_json::to_vec_pretty(&kf).expect("serializable");
         let id = Id::of(&body);
-        self.put(&join(&self.root, &format!("keys/{id}")), body).await?;
+        self.put(&join(&self.root, &format!("keys/{id}")), body)
+            .await?;
         Ok(id)
+    }
+
+    /// The key file that opened the repository.
+    pub fn opened_with(&self) -> Option<Id> {
+        self.opened_with
     }
 
     /// Ids of the key files.
@@ -171,7 +203,9 @@ impl Repo {
 
     /// Removes a key file.
     pub async fn remove_key(&self, id: &Id) -> Result<()> {
-        self.store.delete(&join(&self.root, &format!("keys/{id}"))).await
+        self.store
+            .delete(&join(&self.root, &format!("keys/{id}")))
+            .await
     }
 
     /// The repository's location, for messages.
@@ -207,7 +241,13 @@ impl Repo {
 
     pub(crate) async fn put(&self, key: &str, body: Vec<u8>) -> Result<u64> {
         self.engine
-            .upload(&body[..], &self.store, key, Class::Bulk, Arc::new(NoProgress))
+            .upload(
+                &body[..],
+                &self.store,
+                key,
+                Class::Bulk,
+                Arc::new(NoProgress),
+            )
             .await
     }
 
@@ -224,7 +264,9 @@ impl Repo {
     pub async fn read_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<bytes::Bytes> {
         let what = format!("read {key}");
         self.engine
-            .request(Class::Bulk, &what, || self.store.get_range(key, range.clone()))
+            .request(Class::Bulk, &what, || {
+                self.store.get_range(key, range.clone())
+            })
             .await
     }
 
@@ -233,7 +275,8 @@ impl Repo {
         let packed = zstd::bulk::compress(plain, 3).map_err(|e| Error::Permanent(e.to_string()))?;
         let sealed = self.key.seal(&packed);
         let id = Id::of(&sealed);
-        self.put(&join(&self.root, &format!("{kind}/{id}")), sealed).await?;
+        self.put(&join(&self.root, &format!("{kind}/{id}")), sealed)
+            .await?;
         Ok(id)
     }
 
@@ -243,7 +286,9 @@ impl Repo {
         let sealed = self.read(&key).await?;
         let what = format!("{}/{kind}/{id}", self.url());
         if Id::of(&sealed) != *id {
-            return Err(Error::Checksum(format!("{what}: content does not match its name (damaged)")));
+            return Err(Error::Checksum(format!(
+                "{what}: content does not match its name (damaged)"
+            )));
         }
         let packed = self.key.open(&sealed, &what)?;
         zstd::stream::decode_all(&packed[..])
@@ -266,7 +311,9 @@ impl Repo {
 
     /// Deletes the file `kind/id`.
     pub async fn delete_file(&self, kind: &str, id: &Id) -> Result<()> {
-        self.store.delete(&join(&self.root, &format!("{kind}/{id}"))).await
+        self.store
+            .delete(&join(&self.root, &format!("{kind}/{id}")))
+            .await
     }
 
     /// Loads every index file in parallel; returns the index and the files' ids. Damaged

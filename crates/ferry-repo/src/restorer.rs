@@ -110,7 +110,12 @@ fn apply_meta(path: &Path, n: &Node) -> std::io::Result<()> {
     let times = [ts(n.mtime), ts(n.mtime)];
     // SAFETY: valid path and a two-element timespec array, as utimensat requires.
     let rc = unsafe {
-        libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
     };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
@@ -119,12 +124,20 @@ fn apply_meta(path: &Path, n: &Node) -> std::io::Result<()> {
 }
 
 fn temp_of(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
     let mut t = OsString::from(".");
     t.push(name);
     t.push(".ferry-restore");
     path.with_file_name(t)
 }
+
+/// Where a blob's plaintext goes: (item, offset in the file).
+type Targets = Vec<(usize, u64)>;
+/// A blob to read: offset in its pack, sealed length, id, targets.
+type Want = (u64, u32, Id, Targets);
 
 /// One coalesced read: a range of a pack and the blobs in it.
 struct Read {
@@ -132,7 +145,7 @@ struct Read {
     start: u64,
     end: u64,
     /// Offset, sealed length, id, and where the plaintext goes: (item, file offset).
-    blobs: Vec<(u64, u32, Id, Vec<(usize, u64)>)>,
+    blobs: Vec<Want>,
 }
 
 /// Restores `snap` (the parts under `include`, absolute paths as backed up) into `target`.
@@ -156,7 +169,7 @@ pub async fn restore(
     let mut out = Restored::default();
     let mut damaged: HashMap<usize, String> = HashMap::new();
     // pack -> blob -> (offset, sealed len, targets)
-    let mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Vec<(usize, u64)>)>> = HashMap::new();
+    let mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Targets)>> = HashMap::new();
     let mut links: HashMap<(u64, u64), usize> = HashMap::new();
     let mut hardlinks: Vec<(usize, usize)> = Vec::new();
 
@@ -183,7 +196,11 @@ pub async fn restore(
                 let _ = fs::remove_file(&path);
                 // SAFETY: valid path; mknod creates a node or fails.
                 let rc = unsafe {
-                    libc::mknod(c.as_ptr(), kind | (n.mode & 0o7777), n.rdev.unwrap_or(0) as libc::dev_t)
+                    libc::mknod(
+                        c.as_ptr(),
+                        kind | (n.mode & 0o7777),
+                        n.rdev.unwrap_or(0) as libc::dev_t,
+                    )
                 };
                 if rc == 0 {
                     Ok(())
@@ -216,7 +233,10 @@ pub async fn restore(
                     off += u64::from(loc.plain_len);
                 }
                 if !damaged.contains_key(&i) && off != n.size {
-                    damaged.insert(i, format!("blobs hold {off} bytes, the snapshot says {}", n.size));
+                    damaged.insert(
+                        i,
+                        format!("blobs hold {off} bytes, the snapshot says {}", n.size),
+                    );
                 }
                 // set_len leaves holes: chunks of zeros are never written, so sparse files
                 // come back sparse.
@@ -233,7 +253,7 @@ pub async fn restore(
     packs.sort_unstable();
     let mut reads = Vec::new();
     for p in packs {
-        let mut blobs: Vec<(u64, u32, Id, Vec<(usize, u64)>)> = by_pack
+        let mut blobs: Vec<Want> = by_pack
             .remove(&p)
             .expect("listed")
             .into_iter()
@@ -244,9 +264,12 @@ pub async fn restore(
         for b in blobs {
             let b_end = b.0 + u64::from(b.1);
             match reads.last_mut() {
-                Some(Read { pack: rp, start, end, blobs: rb })
-                    if *rp == pack && b.0 <= *end + COALESCE_GAP && b_end - *start <= MAX_READ =>
-                {
+                Some(Read {
+                    pack: rp,
+                    start,
+                    end,
+                    blobs: rb,
+                }) if *rp == pack && b.0 <= *end + COALESCE_GAP && b_end - *start <= MAX_READ => {
                     *end = b_end;
                     rb.push(b);
                 }
@@ -260,7 +283,10 @@ pub async fn restore(
         }
     }
     let damaged = Mutex::new(damaged);
-    let paths: Vec<PathBuf> = items.iter().map(|it| temp_of(&target.join(&it.rel))).collect();
+    let paths: Vec<PathBuf> = items
+        .iter()
+        .map(|it| temp_of(&target.join(&it.rel)))
+        .collect();
     let paths = Arc::new(paths);
     let key = repo.key().clone();
     let mut running = futures::stream::iter(reads)
@@ -270,7 +296,9 @@ pub async fn restore(
             let paths = paths.clone();
             let progress = progress.clone();
             async move {
-                let fetched = repo.read_range(&repo.pack_path(&r.pack), r.start..r.end).await;
+                let fetched = repo
+                    .read_range(&repo.pack_path(&r.pack), r.start..r.end)
+                    .await;
                 tokio::task::spawn_blocking(move || {
                     let mut bad: Vec<(usize, String)> = Vec::new();
                     for (o, l, id, targets) in r.blobs {
@@ -338,7 +366,8 @@ pub async fn restore(
         }
         if it.node.kind != NodeKind::Dir && it.node.kind != NodeKind::Socket {
             if let Err(e) = apply_meta(&path, &it.node) {
-                out.errors.push(format!("/{}: metadata: {e}", it.rel.display()));
+                out.errors
+                    .push(format!("/{}: metadata: {e}", it.rel.display()));
             }
         }
     }
@@ -354,13 +383,19 @@ pub async fn restore(
         }
         let _ = fs::remove_file(&b);
         if let Err(e) = fs::hard_link(&a, &b) {
-            out.errors.push(format!("/{}: {e}", items[other].rel.display()));
+            out.errors
+                .push(format!("/{}: {e}", items[other].rel.display()));
         }
     }
     // Directories last, deepest first: writing into them changed their mtime.
-    for it in items.iter().rev().filter(|it| it.node.kind == NodeKind::Dir) {
+    for it in items
+        .iter()
+        .rev()
+        .filter(|it| it.node.kind == NodeKind::Dir)
+    {
         if let Err(e) = apply_meta(&target.join(&it.rel), &it.node) {
-            out.errors.push(format!("/{}: metadata: {e}", it.rel.display()));
+            out.errors
+                .push(format!("/{}: metadata: {e}", it.rel.display()));
         }
     }
     Ok(out)

@@ -62,6 +62,12 @@ pub struct Global {
     /// Repository (WAL archive, backups): a local directory, s3://bucket/prefix or az://container/prefix.
     #[arg(long, global = true, env = "FERRY_REPO")]
     pub repo: Option<String>,
+    /// File holding the repository password [default: FERRY_PASSWORD, else a prompt].
+    #[arg(long, global = true, env = "FERRY_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Command printing the repository password.
+    #[arg(long, global = true, env = "FERRY_PASSWORD_COMMAND")]
+    pub password_command: Option<String>,
     /// Extra trusted CA certificates (PEM) [default: AWS_CA_BUNDLE or SSL_CERT_FILE].
     #[arg(long, global = true, env = "FERRY_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
@@ -76,6 +82,22 @@ pub enum Command {
     Ls(LsArgs),
     /// Create a bucket (s3://bucket), container (az://container) or directory.
     Mkdir(MkdirArgs),
+    /// Create a repository at --repo.
+    Init,
+    /// Back up files and directories (or --stdin) into the repository.
+    Backup(BackupArgs),
+    /// List the repository's snapshots.
+    Snapshots,
+    /// Restore a snapshot (or paths in it) into a directory.
+    Restore(RestoreArgs),
+    /// Check the repository's integrity (--read-data: every byte).
+    Check(CheckArgs),
+    /// Remove snapshots by a retention policy (their data goes with prune).
+    Forget(ForgetArgs),
+    /// Delete data no snapshot uses.
+    Prune,
+    /// Manage repository keys.
+    Key(KeyArgs),
     /// Archive one WAL file: archive_command = 'ferry wal-push %p'.
     WalPush(WalPushArgs),
     /// Restore one WAL file: restore_command = 'ferry wal-fetch %f %p'.
@@ -172,8 +194,91 @@ pub struct CpArgs {
 /// `ferry ls`.
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// What to list.
+    /// What to list: a store location, or a snapshot (id or "latest") of --repo.
     pub url: String,
+    /// Within a snapshot: the directory to list.
+    pub path: Option<PathBuf>,
+}
+
+/// `ferry backup`.
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// Files and directories.
+    #[arg(required_unless_present = "stdin")]
+    pub paths: Vec<PathBuf>,
+    /// Back up standard input as one file named --name.
+    #[arg(long, requires = "name", conflicts_with = "paths")]
+    pub stdin: bool,
+    /// The file name for --stdin.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Tag the snapshot (repeatable).
+    #[arg(long)]
+    pub tag: Vec<String>,
+}
+
+/// `ferry restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// Snapshot id (a unique prefix) or "latest".
+    pub snapshot: String,
+    /// Directory to restore into (paths are recreated below it).
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Only these paths of the snapshot.
+    pub paths: Vec<PathBuf>,
+}
+
+/// `ferry check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Also read every pack and check every blob.
+    #[arg(long)]
+    pub read_data: bool,
+}
+
+/// `ferry forget`.
+#[derive(Debug, Args)]
+pub struct ForgetArgs {
+    /// Keep the newest N snapshots.
+    #[arg(long)]
+    pub keep_last: Option<u32>,
+    /// Keep the newest snapshot of each of the last N hours.
+    #[arg(long)]
+    pub keep_hourly: Option<u32>,
+    /// Keep the newest snapshot of each of the last N days.
+    #[arg(long)]
+    pub keep_daily: Option<u32>,
+    /// Keep the newest snapshot of each of the last N weeks.
+    #[arg(long)]
+    pub keep_weekly: Option<u32>,
+    /// Keep the newest snapshot of each of the last N months.
+    #[arg(long)]
+    pub keep_monthly: Option<u32>,
+    /// Keep the newest snapshot of each of the last N years.
+    #[arg(long)]
+    pub keep_yearly: Option<u32>,
+    /// Prune afterwards.
+    #[arg(long)]
+    pub prune: bool,
+}
+
+/// `ferry key`.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    #[command(subcommand)]
+    pub cmd: KeyCmd,
+}
+
+/// `ferry key` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum KeyCmd {
+    /// Change the password (the new one from FERRY_NEW_PASSWORD, --new-password-file or a prompt).
+    Passwd {
+        /// File holding the new password.
+        #[arg(long, env = "FERRY_NEW_PASSWORD_FILE")]
+        new_password_file: Option<PathBuf>,
+    },
 }
 
 /// `ferry mkdir`.

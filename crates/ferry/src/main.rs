@@ -2,6 +2,7 @@
 
 mod cli;
 mod cmd;
+mod password;
 mod places;
 mod progress;
 mod settings;
@@ -69,9 +70,26 @@ async fn run(cli: Cli) -> Result<()> {
         json: cli.global.json,
         progress: !cli.global.quiet && !cli.global.json,
     };
+    let g = &cli.global;
     match &cli.command {
         Command::Cp(args) => cmd::cp::run(args, &mut stores, &engine, &out).await,
+        Command::Ls(args) if cmd::repo::names_snapshot(&args.url, &stores) => {
+            let dir = args.path.as_deref();
+            cmd::repo::ls(g, &args.url, dir, &mut stores, &engine, &out).await
+        }
         Command::Ls(args) => cmd::ls::ls(&args.url, &mut stores, &out).await,
+        Command::Init => cmd::repo::init(g, &mut stores, &engine, &out).await,
+        Command::Backup(a) => cmd::backup::backup(a, g, &mut stores, &engine, &out).await,
+        Command::Snapshots => cmd::repo::snapshots(g, &mut stores, &engine, &out).await,
+        Command::Restore(a) => cmd::backup::restore(a, g, &mut stores, &engine, &out).await,
+        Command::Check(a) => cmd::maint::check(a, g, &mut stores, &engine, &out).await,
+        Command::Forget(a) => cmd::maint::forget(a, g, &mut stores, &engine, &out).await,
+        Command::Prune => cmd::maint::prune(g, &mut stores, &engine, &out).await,
+        Command::Key(k) => match &k.cmd {
+            cli::KeyCmd::Passwd { new_password_file } => {
+                cmd::repo::passwd(g, new_password_file.as_deref(), &mut stores, &engine, &out).await
+            }
+        },
         Command::Mkdir(args) => cmd::ls::mkdir(&args.url, &mut stores, &out).await,
         Command::WalPush(args) => {
             cmd::wal::push_cmd(args, &cli.global, &mut stores, &engine, &out).await
@@ -111,7 +129,11 @@ fn main() -> ExitCode {
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
             eprintln!("ferry: error: {msg}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<cmd::backup::Incomplete>().is_some() {
+                ExitCode::from(3)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -1,5 +1,8 @@
 //! One module per command.
 
+pub mod backup;
 pub mod cp;
 pub mod ls;
+pub mod maint;
+pub mod repo;
 pub mod wal;

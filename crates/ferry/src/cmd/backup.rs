@@ -1,0 +1,216 @@
+//! `ferry backup` and `ferry restore`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use ferry_repo::archiver::{Archiver, BackupProgress};
+use ferry_repo::lock::Lock;
+use ferry_transfer::{Engine, Progress};
+
+use crate::cli::{BackupArgs, Global, RestoreArgs};
+use crate::cmd::repo::{find, list, open};
+use crate::places::Stores;
+use crate::progress::Bar;
+use crate::Output;
+
+/// A run that finished but left things out: exit status 3, as restic does.
+#[derive(Debug)]
+pub struct Incomplete(pub String);
+
+impl std::fmt::Display for Incomplete {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Incomplete {}
+
+struct BarProgress {
+    bar: Bar,
+    files: AtomicU64,
+}
+
+impl BackupProgress for BarProgress {
+    fn scanned(&self, bytes: u64) {
+        self.bar.add_total(bytes);
+    }
+    fn done(&self, bytes: u64) {
+        self.bar.advance(bytes);
+        self.files.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Sizes of everything under `paths`, for the bar's total and ETA; runs beside the backup.
+fn scan(paths: Vec<PathBuf>, p: Arc<BarProgress>) {
+    fn walk(path: &std::path::Path, p: &BarProgress) {
+        let Ok(m) = std::fs::symlink_metadata(path) else {
+            return;
+        };
+        if m.is_file() {
+            p.scanned(m.len());
+        } else if m.is_dir() {
+            if let Ok(d) = std::fs::read_dir(path) {
+                for e in d.flatten() {
+                    walk(&e.path(), p);
+                }
+            }
+        }
+    }
+    for path in paths {
+        walk(&path, &p);
+    }
+}
+
+pub async fn backup(
+    args: &BackupArgs,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let started = Instant::now();
+    let repo = open(g, stores, engine).await?;
+    let lock = Lock::acquire(repo.clone(), false).await?;
+    let res = run_backup(args, &repo, out, started).await;
+    lock.release().await?;
+    res
+}
+
+async fn run_backup(
+    args: &BackupArgs,
+    repo: &Arc<ferry_repo::Repo>,
+    out: &Output,
+    started: Instant,
+) -> Result<()> {
+    let (index, _, errs) = repo.load_index().await?;
+    if let Some(e) = errs.first() {
+        bail!("{e} (run ferry check)");
+    }
+    let progress = Arc::new(BarProgress {
+        bar: Bar::new(out.progress),
+        files: AtomicU64::new(0),
+    });
+    let arch = Archiver::new(repo.clone(), Arc::new(index), progress.clone());
+    let outcome = if args.stdin {
+        let name = args.name.clone().expect("clap requires --name");
+        arch.backup_stream(std::io::stdin(), &name, args.tag.clone())
+            .await?
+    } else {
+        let mut paths = Vec::new();
+        for p in &args.paths {
+            let abs =
+                std::path::absolute(p).with_context(|| format!("bad path {}", p.display()))?;
+            if std::fs::symlink_metadata(&abs).is_err() {
+                bail!("{}: no such file or directory", p.display());
+            }
+            paths.push(abs);
+        }
+        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        let host = ferry_repo::snapshot::hostname();
+        let parent = list(repo)
+            .await?
+            .into_iter()
+            .rfind(|(_, s)| s.hostname == host && s.paths == shown);
+        let (p2, pr) = (paths.clone(), progress.clone());
+        std::thread::spawn(move || scan(p2, pr));
+        arch.backup_paths(&paths, parent, args.tag.clone()).await?
+    };
+    progress.bar.finish();
+    let s = &outcome.snapshot.summary;
+    let secs = started.elapsed().as_secs_f64();
+    if out.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "snapshot": outcome.id, "summary": s, "seconds": secs,
+                "errors": outcome.errors,
+                "new_fraction": s.bytes_new as f64 / (s.bytes_read.max(1)) as f64,
+            })
+        );
+    } else {
+        eprintln!(
+            "snapshot {} saved: {} files ({} unchanged), {:.1} MB; read {:.1} MB, new {:.1} MB \
+             ({:.1}% of read), stored {:.1} MB, in {secs:.1}s",
+            outcome.id.short(),
+            s.files_read + s.files_unchanged,
+            s.files_unchanged,
+            s.total_bytes as f64 / 1e6,
+            s.bytes_read as f64 / 1e6,
+            s.bytes_new as f64 / 1e6,
+            100.0 * s.bytes_new as f64 / s.bytes_read.max(1) as f64,
+            s.bytes_stored as f64 / 1e6,
+        );
+    }
+    if !outcome.errors.is_empty() {
+        for e in &outcome.errors {
+            eprintln!("ferry: could not read {e}");
+        }
+        return Err(Incomplete(format!(
+            "snapshot {} saved without {} unreadable files or directories (listed above)",
+            outcome.id.short(),
+            outcome.errors.len()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+pub async fn restore(
+    args: &RestoreArgs,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let started = Instant::now();
+    let repo = open(g, stores, engine).await?;
+    let (id, snap) = find(&repo, &args.snapshot).await?;
+    let (index, _, errs) = repo.load_index().await?;
+    if let Some(e) = errs.first() {
+        bail!("{e} (run ferry check)");
+    }
+    let progress = Arc::new(BarProgress {
+        bar: Bar::new(out.progress),
+        files: AtomicU64::new(0),
+    });
+    progress.bar.add_total(snap.summary.total_bytes);
+    let done = ferry_repo::restorer::restore(
+        repo.clone(),
+        Arc::new(index),
+        &snap,
+        &args.target,
+        &args.paths,
+        progress.clone(),
+    )
+    .await?;
+    progress.bar.finish();
+    let secs = started.elapsed().as_secs_f64();
+    if out.json {
+        println!(
+            "{}",
+            serde_json::json!({"snapshot": id, "files": done.files, "dirs": done.dirs,
+                "bytes": done.bytes, "seconds": secs, "errors": done.errors})
+        );
+    } else {
+        eprintln!(
+            "restored snapshot {} to {}: {} files, {} directories, {:.1} MB in {secs:.1}s",
+            id.short(),
+            args.target.display(),
+            done.files,
+            done.dirs,
+            done.bytes as f64 / 1e6
+        );
+    }
+    if !done.errors.is_empty() {
+        for e in &done.errors {
+            eprintln!("ferry: not restored: {e}");
+        }
+        bail!(
+            "{} files could not be restored from damaged or missing data (listed above)",
+            done.errors.len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! `ferry check`, `ferry forget`, `ferry prune`.
+
+use std::collections::HashSet;
+
+use anyhow::{bail, Result};
+use ferry_repo::forget::{keep, Policy};
+use ferry_transfer::Engine;
+
+use crate::cli::{CheckArgs, ForgetArgs, Global};
+use crate::cmd::repo::{list, open};
+use crate::places::Stores;
+use crate::Output;
+
+pub async fn check(
+    args: &CheckArgs,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let repo = open(g, stores, engine).await?;
+    let r = ferry_repo::checker::check(&repo, args.read_data).await?;
+    if out.json {
+        println!(
+            "{}",
+            serde_json::json!({"errors": r.errors, "warnings": r.warnings, "snapshots": r.snapshots,
+                "packs": r.packs, "blobs": r.blobs, "packs_read": r.packs_read})
+        );
+    } else {
+        for w in &r.warnings {
+            eprintln!("warning: {w}");
+        }
+        for e in &r.errors {
+            eprintln!("error: {e}");
+        }
+        eprintln!(
+            "checked {} snapshots, {} packs, {} blobs{}: {} errors, {} warnings",
+            r.snapshots,
+            r.packs,
+            r.blobs,
+            if args.read_data {
+                " (all data read)"
+            } else {
+                ""
+            },
+            r.errors.len(),
+            r.warnings.len()
+        );
+    }
+    if !r.errors.is_empty() {
+        bail!(
+            "repository {} is damaged: {} errors (listed above)",
+            repo.url(),
+            r.errors.len()
+        );
+    }
+    Ok(())
+}
+
+pub async fn forget(
+    args: &ForgetArgs,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let policy = Policy {
+        last: args.keep_last,
+        hourly: args.keep_hourly,
+        daily: args.keep_daily,
+        weekly: args.keep_weekly,
+        monthly: args.keep_monthly,
+        yearly: args.keep_yearly,
+    };
+    if policy.is_empty() {
+        bail!("no policy: give at least one --keep-* option (forget would remove every snapshot)");
+    }
+    let repo = open(g, stores, engine).await?;
+    let snaps = list(&repo).await?;
+    let kept: HashSet<_> = keep(&snaps, &policy);
+    let mut removed = Vec::new();
+    for (id, _) in snaps.iter().filter(|(id, _)| !kept.contains(id)) {
+        repo.delete_file("snapshots", id).await?;
+        removed.push(*id);
+    }
+    if out.json {
+        println!("{}", serde_json::json!({"kept": kept, "removed": removed}));
+    } else {
+        eprintln!("kept {} snapshots, removed {}", kept.len(), removed.len());
+    }
+    if args.prune {
+        prune(g, stores, engine, out).await?;
+    }
+    Ok(())
+}
+
+pub async fn prune(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {
+    let repo = open(g, stores, engine).await?;
+    let p = ferry_repo::prune::prune(repo).await?;
+    if out.json {
+        println!(
+            "{}",
+            serde_json::json!({"packs_deleted": p.packs_deleted, "packs_rewritten": p.packs_rewritten,
+                "bytes_freed": p.bytes_freed, "blobs_kept": p.blobs_kept})
+        );
+    } else {
+        eprintln!(
+            "pruned: {} packs deleted ({} rewritten), {:.1} MB freed, {} blobs kept",
+            p.packs_deleted,
+            p.packs_rewritten,
+            p.bytes_freed as f64 / 1e6,
+            p.blobs_kept
+        );
+    }
+    Ok(())
+}

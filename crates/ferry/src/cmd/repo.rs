@@ -1,0 +1,234 @@
+//! Repository commands: `init`, `snapshots`, `ls SNAPSHOT`, `key passwd`, and opening the
+//! repository for the others.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use ferry_repo::{Id, Repo, Snapshot};
+use ferry_transfer::Engine;
+
+use crate::cli::Global;
+use crate::password::password;
+use crate::places::Stores;
+use crate::Output;
+
+fn repo_place(stores: &mut Stores) -> Result<crate::places::Place> {
+    let Some(repo) = stores.settings().repo.clone() else {
+        bail!("no repository: set --repo, FERRY_REPO or repo in ferry.toml");
+    };
+    stores.open(&repo)
+}
+
+/// Opens the configured repository.
+pub async fn open(g: &Global, stores: &mut Stores, engine: &Engine) -> Result<Arc<Repo>> {
+    let place = repo_place(stores)?;
+    let pw = password(g, false)?;
+    Ok(Arc::new(
+        Repo::open(place.store, &place.key, engine.clone(), &pw).await?,
+    ))
+}
+
+pub async fn init(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {
+    let place = repo_place(stores)?;
+    let pw = password(g, true)?;
+    if place.loc.is_remote() {
+        // A bucket that does not exist yet is created; one that exists is fine.
+        let _ = place.store.create_root().await;
+    }
+    let repo = Repo::init(place.store, &place.key, engine.clone(), &pw).await?;
+    if out.json {
+        println!(
+            "{}",
+            serde_json::json!({"repository": repo.url(), "id": repo.config.id})
+        );
+    } else {
+        eprintln!(
+            "created repository {} ({})",
+            repo.url(),
+            repo.config.id.short()
+        );
+    }
+    Ok(())
+}
+
+/// Every snapshot, oldest first.
+pub async fn list(repo: &Repo) -> Result<Vec<(Id, Snapshot)>> {
+    let mut errors = Vec::new();
+    let snaps = ferry_repo::checker::snapshots(repo, &mut errors).await?;
+    if let Some(e) = errors.first() {
+        bail!("{e} (run ferry check)");
+    }
+    Ok(snaps)
+}
+
+/// The snapshot `which` names: "latest" or a unique id prefix.
+pub async fn find(repo: &Repo, which: &str) -> Result<(Id, Snapshot)> {
+    let snaps = list(repo).await?;
+    if which == "latest" {
+        return snaps
+            .into_iter()
+            .last()
+            .context("the repository has no snapshots");
+    }
+    let hits: Vec<_> = snaps
+        .into_iter()
+        .filter(|(id, _)| id.hex().starts_with(&which.to_ascii_lowercase()))
+        .collect();
+    match hits.len() {
+        1 => Ok(hits.into_iter().next().expect("one")),
+        0 => bail!("no snapshot {which} in {}", repo.url()),
+        n => bail!("{which} matches {n} snapshots: give more digits"),
+    }
+}
+
+fn when(t: i64) -> String {
+    humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64),
+    )
+    .to_string()
+}
+
+pub async fn snapshots(
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let repo = open(g, stores, engine).await?;
+    let snaps = list(&repo).await?;
+    if out.json {
+        let v: Vec<_> = snaps
+            .iter()
+            .map(|(id, s)| {
+                let mut j = serde_json::to_value(s).expect("serializable");
+                j["id"] = serde_json::json!(id);
+                j
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{:<10} {:<21} {:<16} {:>12}  paths",
+        "id", "time", "host", "size"
+    );
+    for (id, s) in &snaps {
+        println!(
+            "{:<10} {:<21} {:<16} {:>12}  {}",
+            id.short(),
+            when(s.time),
+            s.hostname,
+            s.summary.total_bytes,
+            s.paths.join(" ")
+        );
+    }
+    Ok(())
+}
+
+/// True when `ferry ls ARG` means a snapshot of the repository, not a store location.
+pub fn names_snapshot(arg: &str, stores: &Stores) -> bool {
+    stores.settings().repo.is_some()
+        && !arg.contains("://")
+        && !Path::new(arg).exists()
+        && (arg == "latest" || (arg.len() >= 4 && arg.bytes().all(|b| b.is_ascii_hexdigit())))
+}
+
+pub async fn ls(
+    g: &Global,
+    which: &str,
+    dir: Option<&Path>,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let repo = open(g, stores, engine).await?;
+    let (_, snap) = find(&repo, which).await?;
+    let (index, _, errs) = repo.load_index().await?;
+    if let Some(e) = errs.first() {
+        bail!("{e} (run ferry check)");
+    }
+    let mut tree = ferry_repo::load_tree(&repo, &index, &snap.tree).await?;
+    let mut prefix = std::path::PathBuf::from("/");
+    if let Some(d) = dir {
+        for comp in d.strip_prefix("/").unwrap_or(d).iter() {
+            let node = tree
+                .nodes
+                .iter()
+                .find(|n| n.name_bytes() == comp.as_encoded_bytes())
+                .with_context(|| format!("{}: not in the snapshot", d.display()))?;
+            let sub = node
+                .subtree
+                .with_context(|| format!("{}: not a directory", d.display()))?;
+            prefix.push(comp);
+            tree = ferry_repo::load_tree(&repo, &index, &sub).await?;
+        }
+    }
+    let rows: Vec<(String, &ferry_repo::tree::Node)> = tree
+        .nodes
+        .iter()
+        .map(|n| {
+            let name = String::from_utf8_lossy(&n.name_bytes()).into_owned();
+            (prefix.join(name).display().to_string(), n)
+        })
+        .collect();
+    if out.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(p, n)| serde_json::json!({"path": p, "kind": n.kind, "size": n.size, "mode": n.mode, "mtime_ns": n.mtime}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for (p, n) in rows {
+            println!(
+                "{:<8} {:>12}  {p}",
+                format!("{:?}", n.kind).to_lowercase(),
+                n.size
+            );
+        }
+    }
+    Ok(())
+}
+
+pub async fn passwd(
+    g: &Global,
+    new_file: Option<&Path>,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let repo = open(g, stores, engine).await?;
+    let new = match (std::env::var_os("FERRY_NEW_PASSWORD"), new_file) {
+        (Some(p), _) => p.into_encoded_bytes(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("new password file {}", f.display()))?
+            .trim_end_matches(['\n', '\r'])
+            .as_bytes()
+            .to_vec(),
+        (None, None) => {
+            let g2 = Global {
+                password_file: None,
+                password_command: None,
+                ..g.clone()
+            };
+            if std::env::var_os("FERRY_PASSWORD").is_some() {
+                bail!("set the new password with FERRY_NEW_PASSWORD or --new-password-file");
+            }
+            password(&g2, true)?
+        }
+    };
+    if new.is_empty() {
+        bail!("empty password");
+    }
+    let id = repo.add_key(&new).await?;
+    // The old key file goes only once the new one is stored; other keys stay.
+    if let Some(old) = repo.opened_with() {
+        repo.remove_key(&old).await?;
+    }
+    if out.json {
+        println!("{}", serde_json::json!({"key": id}));
+    } else {
+        eprintln!("password changed (key {})", id.short());
+    }
+    Ok(())
+}
