@@ -6,7 +6,7 @@
 //! Write order: packs, then the index files naming them (flushed every few packs, so an
 //! interrupted backup's packs serve the next one), then the snapshot.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -368,13 +368,13 @@ impl Archiver {
             .map_err(|e| Error::io(path.display(), e))?;
             names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
             me.state.lock().expect("state").summary.dirs += 1;
-            let old_nodes = old.map(|t| t.nodes).unwrap_or_default();
-            let find = |name: &std::ffi::OsStr| {
-                old_nodes
-                    .iter()
-                    .find(|n| n.name_bytes() == name.as_bytes())
-                    .cloned()
-            };
+            let mut old_nodes: HashMap<Vec<u8>, Node> = old
+                .map(|t| t.nodes)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|n| (n.name_bytes(), n))
+                .collect();
+            let mut find = |name: &std::ffi::OsStr| old_nodes.remove(name.as_bytes());
             let nodes: Vec<Node> = futures::stream::iter(names)
                 .map(|name| me.save_entry(path.join(&name), find(&name)))
                 .buffered(FILES_AT_ONCE * 2)
@@ -548,10 +548,12 @@ impl Archiver {
         if !rest.is_empty() {
             self.repo.save_file("index", &index::encode(&rest)).await?;
         }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         let snapshot = Snapshot {
-            time: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64),
+            time: now.as_secs() as i64,
+            nanos: now.subsec_nanos(),
             hostname: hostname(),
             paths,
             tags,

@@ -53,7 +53,7 @@ pub async fn snapshots(repo: &Repo, errors: &mut Vec<String>) -> Result<Vec<(Id,
             Err(e) => errors.push(e.to_string()),
         }
     }
-    out.sort_by_key(|(_, s)| s.time);
+    out.sort_by_key(|(_, s)| (s.time, s.nanos));
     Ok(out)
 }
 

@@ -66,7 +66,7 @@ pub fn keep(snaps: &[(Id, Snapshot)], p: &Policy) -> HashSet<Id> {
     }
     let mut kept = HashSet::new();
     for (_, mut g) in groups {
-        g.sort_by_key(|s| std::cmp::Reverse(s.1.time));
+        g.sort_by_key(|s| std::cmp::Reverse((s.1.time, s.1.nanos)));
         let rules: [Rule; 6] = [
             (p.last, &|_| 0),
             (p.hourly, &|t| t.div_euclid(3600)),
@@ -108,6 +108,7 @@ mod tests {
             Id::of(&t.to_le_bytes()),
             Snapshot {
                 time: t,
+                nanos: 0,
                 hostname: "h".into(),
                 paths: vec!["/d".into()],
                 tags: vec![],

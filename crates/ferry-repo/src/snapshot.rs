@@ -32,6 +32,9 @@ pub struct Summary {
 pub struct Snapshot {
     /// Seconds since the epoch.
     pub time: i64,
+    /// Nanoseconds within the second: orders snapshots made in the same second.
+    #[serde(default)]
+    pub nanos: u32,
     /// Host that made it.
     pub hostname: String,
     /// What was backed up (absolute paths, or the stream's name).

@@ -1,0 +1,146 @@
+//! Backups round-trip byte-identical with their metadata, to a local repository and to MinIO;
+//! an unchanged second backup uploads nothing; a 1% change uploads about 1%.
+
+mod repokit;
+
+use std::path::Path;
+
+use repokit::{assert_same_tree, corpus, scratch, small_files, Repo};
+
+fn round_trip(repo: &Repo, dir: &Path) {
+    let src = dir.join("src");
+    corpus(&src, 24 << 20);
+    repo.ok(&["init"]);
+    let first = repo.ok(&["--json", "backup", src.to_str().unwrap()]);
+    assert!(first["summary"]["bytes_stored"].as_u64().unwrap() > 0);
+    let out = dir.join("out");
+    repo.ok(&[
+        "--json",
+        "restore",
+        "latest",
+        "--target",
+        out.to_str().unwrap(),
+    ]);
+    assert_same_tree(&src, &out.join(src.strip_prefix("/").unwrap()));
+
+    // Unchanged: no file is read; only the listings of the directories above src, whose
+    // mtimes the restore changed, are new.
+    let second = repo.ok(&["--json", "backup", src.to_str().unwrap()]);
+    assert!(
+        second["summary"]["bytes_new"].as_u64().unwrap() < 4096,
+        "{second}"
+    );
+    assert_eq!(second["summary"]["files_read"], 0, "{second}");
+
+    // 1% of the data changes: about that much is stored.
+    let big = src.join("big.bin");
+    let f = std::fs::OpenOptions::new().write(true).open(&big).unwrap();
+    let change = ferry_testkit::random_bytes((24 << 20) / 100, 9);
+    std::os::unix::fs::FileExt::write_all_at(&f, &change, 10 << 20).unwrap();
+    drop(f);
+    let third = repo.ok(&["--json", "backup", src.to_str().unwrap()]);
+    let total = third["summary"]["total_bytes"].as_u64().unwrap();
+    let new = third["summary"]["bytes_new"].as_u64().unwrap();
+    eprintln!(
+        "1% change: {new} new bytes of {total} ({:.2}%), {} stored",
+        100.0 * new as f64 / total as f64,
+        third["summary"]["bytes_stored"]
+    );
+    assert!(
+        new > 0 && new * 100 < total * 5,
+        "a 1% change stored {new} of {total}"
+    );
+    let out3 = dir.join("out3");
+    repo.ok(&["restore", "latest", "--target", out3.to_str().unwrap()]);
+    assert_same_tree(&src, &out3.join(src.strip_prefix("/").unwrap()));
+
+    // One path of a snapshot.
+    let part = dir.join("part");
+    let want = src.join("dir");
+    repo.ok(&[
+        "restore",
+        "latest",
+        "--target",
+        part.to_str().unwrap(),
+        want.to_str().unwrap(),
+    ]);
+    assert_same_tree(&want, &part.join(want.strip_prefix("/").unwrap()));
+    assert!(!part
+        .join(src.strip_prefix("/").unwrap())
+        .join("big.bin")
+        .exists());
+    repo.ok(&["check", "--read-data"]);
+}
+
+#[test]
+fn round_trip_local() {
+    let dir = scratch("bk-local");
+    round_trip(&Repo::local(&dir), &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn round_trip_minio() {
+    let Some(repo) = Repo::s3() else { return };
+    let dir = scratch("bk-s3");
+    round_trip(&repo, &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn many_small(repo: &Repo, dir: &Path) {
+    let src = dir.join("small");
+    small_files(&src, 100_000);
+    repo.ok(&["init"]);
+    let s = repo.ok(&["--json", "backup", src.to_str().unwrap()]);
+    assert_eq!(s["summary"]["files_read"], 100_000, "{s}");
+    let out = dir.join("out");
+    repo.ok(&["restore", "latest", "--target", out.to_str().unwrap()]);
+    assert_same_tree(&src, &out.join(src.strip_prefix("/").unwrap()));
+    let again = repo.ok(&["--json", "backup", src.to_str().unwrap()]);
+    assert_eq!(again["summary"]["files_unchanged"], 100_000, "{again}");
+    // Only the listings above `src` (their mtimes moved) are new.
+    assert!(
+        again["summary"]["bytes_stored"].as_u64().unwrap() < 4096,
+        "{again}"
+    );
+}
+
+#[test]
+fn hundred_thousand_small_files_local() {
+    let dir = scratch("bk-small");
+    many_small(&Repo::local(&dir), &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn hundred_thousand_small_files_minio() {
+    let Some(repo) = Repo::s3() else { return };
+    let dir = scratch("bk-small-s3");
+    many_small(&repo, &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn stdin_stream() {
+    let dir = scratch("bk-stdin");
+    let repo = Repo::local(&dir);
+    repo.ok(&["init"]);
+    let data = ferry_testkit::random_bytes(30 << 20, 3);
+    let mut child = repo
+        .cmd(&["--json", "backup", "--stdin", "--name", "db.dump"], &[])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let d2 = data.clone();
+    let feeder = std::thread::spawn(move || std::io::Write::write_all(&mut pipe, &d2).unwrap());
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    assert!(out.status.success(), "{}", repokit::stderr(&out));
+    let target = dir.join("out");
+    repo.ok(&["restore", "latest", "--target", target.to_str().unwrap()]);
+    assert_eq!(std::fs::read(target.join("db.dump")).unwrap(), data);
+    std::fs::remove_dir_all(dir).unwrap();
+}
