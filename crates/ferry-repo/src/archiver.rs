@@ -31,8 +31,10 @@ use crate::tree::{Node, NodeKind, Tree};
 const PACKS_IN_FLIGHT: usize = 6;
 /// Files read at once.
 const FILES_AT_ONCE: usize = 8;
-/// Packs per index file written during a backup.
-const PACKS_PER_INDEX: usize = 24;
+/// An index file is written once this many packs wait for one, or once a pack has waited
+/// [`INDEX_EVERY`]: a backup killed after that leaves its packs findable.
+const PACKS_PER_INDEX: usize = 16;
+const INDEX_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Receives progress: the CLI draws a bar.
 pub trait BackupProgress: Send + Sync {
@@ -67,6 +69,7 @@ struct State {
     errors: Vec<String>,
     /// Uploaded packs not yet named by an index file.
     unindexed: Vec<(Id, Vec<Entry>)>,
+    last_index: std::time::Instant,
 }
 
 /// One backup run.
@@ -94,6 +97,8 @@ impl Archiver {
                 summary: Summary::default(),
                 errors: Vec::new(),
                 unindexed: Vec::new(),
+                // The first pack is indexed at once.
+                last_index: std::time::Instant::now() - INDEX_EVERY,
             }),
             uploads: Mutex::new(JoinSet::new()),
             slots: Arc::new(Semaphore::new(PACKS_IN_FLIGHT)),
@@ -162,7 +167,10 @@ impl Archiver {
                     let mut st = me.state.lock().expect("state");
                     st.summary.bytes_stored += n;
                     st.unindexed.push((id, entries));
-                    if st.unindexed.len() >= PACKS_PER_INDEX {
+                    if st.unindexed.len() >= PACKS_PER_INDEX
+                        || st.last_index.elapsed() >= INDEX_EVERY
+                    {
+                        st.last_index = std::time::Instant::now();
                         std::mem::take(&mut st.unindexed)
                     } else {
                         Vec::new()

@@ -52,13 +52,21 @@ async fn others(repo: &Repo, mine: &Id) -> Result<Vec<LockInfo>> {
         // A lock deleted meanwhile, or unreadable, does not hold anything.
         if let Ok(b) = repo.load_file("locks", &id).await {
             if let Ok(l) = serde_json::from_slice::<LockInfo>(&b) {
-                if now().saturating_sub(l.time) < STALE {
+                if now().saturating_sub(l.time) < STALE && !died_here(&l) {
                     v.push(l);
                 }
             }
         }
     }
     Ok(v)
+}
+
+/// A lock of a process on this host that no longer runs (killed, say) holds nothing.
+fn died_here(l: &LockInfo) -> bool {
+    // SAFETY: signal 0 only checks whether the process exists.
+    l.hostname == hostname()
+        && unsafe { libc::kill(l.pid as i32, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 async fn write(repo: &Repo, exclusive: bool) -> Result<Id> {

@@ -72,7 +72,7 @@ async fn run(repo: &Repo) -> Result<Pruned> {
     for (pack, entries) in index.by_pack() {
         // A blob indexed twice is kept once.
         let (live, dead): (Vec<Entry>, Vec<Entry>) = entries
-            .into_iter()
+            .iter()
             .partition(|e| used.contains(&e.id) && seen.insert(e.id));
         let dead_bytes: u64 = dead.iter().map(|e| u64::from(e.len)).sum();
         let total: u64 = dead_bytes + live.iter().map(|e| u64::from(e.len)).sum::<u64>();
@@ -81,7 +81,8 @@ async fn run(repo: &Repo) -> Result<Pruned> {
         } else if dead_bytes as f64 > REPACK_UNUSED * total as f64 {
             rewrite.push((pack, live));
         } else {
-            keep.push((pack, live));
+            // Kept whole, so indexed whole: the index describes every byte of the pack.
+            keep.push((pack, entries));
         }
     }
     let indexed: HashSet<Id> = index.packs().iter().copied().collect();
@@ -117,7 +118,7 @@ async fn run(repo: &Repo) -> Result<Pruned> {
         new_packs.push(flush(repo, packer).await?);
     }
     keep.extend(new_packs);
-    out.blobs_kept = keep.iter().map(|(_, e)| e.len()).sum();
+    out.blobs_kept = seen.len();
 
     // New index, then the old one goes, then the packs.
     let mut batch: Vec<(Id, Vec<Entry>)> = Vec::new();
