@@ -272,7 +272,19 @@ fn killed_backup_packs_are_reused() {
     std::fs::write(src.join("data"), ferry_testkit::random_bytes(96 << 20, 5)).unwrap();
     repo.ok(&["init"]);
     let index_dir = PathBuf::from(&repo.url).join("index");
-    let count = || std::fs::read_dir(&index_dir).map_or(0, |d| d.count());
+    // Finished index files only: the local store writes under a hidden temp name first.
+    let count = || {
+        std::fs::read_dir(&index_dir).map_or(0, |d| {
+            d.filter(|e| {
+                !e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.')
+            })
+            .count()
+        })
+    };
     let mut child = repo
         .cmd(&["backup", src.to_str().unwrap()], &[])
         .spawn()
