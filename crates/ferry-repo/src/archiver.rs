@@ -82,11 +82,18 @@ pub struct Archiver {
     files: Semaphore,
     progress: Arc<dyn BackupProgress>,
     rt: tokio::runtime::Handle,
+    trees: crate::blob::Trees,
 }
 
 impl Archiver {
     /// A backup into `repo`, deduplicating against `index`.
-    pub fn new(repo: Arc<Repo>, index: Arc<Index>, progress: Arc<dyn BackupProgress>) -> Arc<Self> {
+    /// `trees` serves the parent snapshot's directory listings (preloaded, or read on demand).
+    pub fn new(
+        repo: Arc<Repo>,
+        index: Arc<Index>,
+        trees: crate::blob::Trees,
+        progress: Arc<dyn BackupProgress>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             repo,
             index,
@@ -105,6 +112,7 @@ impl Archiver {
             files: Semaphore::new(FILES_AT_ONCE),
             progress,
             rt: tokio::runtime::Handle::current(),
+            trees,
         })
     }
 
@@ -278,7 +286,7 @@ impl Archiver {
     /// Loads a tree blob of an older snapshot, to compare against; `None` when unreadable.
     async fn old_tree(&self, id: Option<Id>) -> Option<Tree> {
         let id = id?;
-        crate::load_tree(&self.repo, &self.index, &id).await.ok()
+        self.trees.get(&self.repo, &self.index, &id).await.ok()
     }
 
     fn save_tree(self: &Arc<Self>, mut nodes: Vec<Node>) -> BoxFuture<'static, Result<Id>> {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use ferry_store::{Error, Result};
 use futures::StreamExt;
 
-use crate::blob::{load_tree, open_blob};
+use crate::blob::open_blob;
 use crate::crypto::OVERHEAD;
 use crate::id::Id;
 use crate::index::Index;
@@ -64,6 +64,10 @@ pub async fn used_blobs(
     index: &Index,
     snaps: &[(Id, Snapshot)],
 ) -> (HashSet<Id>, Vec<String>) {
+    let cache = crate::blob::Trees::preload(repo, index, crate::blob::PRELOAD_MAX)
+        .await
+        .unwrap_or_default();
+    let cache = &cache;
     let mut used = HashSet::new();
     let mut problems = Vec::new();
     let mut level: Vec<(Id, PathBuf, Id)> = Vec::new();
@@ -75,7 +79,7 @@ pub async fn used_blobs(
     while !level.is_empty() {
         let trees: Vec<_> = futures::stream::iter(level)
             .map(
-                |(sid, path, id)| async move { (sid, path, id, load_tree(repo, index, &id).await) },
+                |(sid, path, id)| async move { (sid, path, id, cache.get(repo, index, &id).await) },
             )
             .buffer_unordered(READ_AHEAD)
             .collect()

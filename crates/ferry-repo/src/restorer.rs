@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use ferry_store::{Error, Result};
 use futures::StreamExt;
 
-use crate::blob::{load_tree, open_blob};
+use crate::blob::open_blob;
 use crate::id::Id;
 use crate::index::Index;
 use crate::repo::{Repo, READ_AHEAD};
@@ -47,7 +47,13 @@ struct Item {
 }
 
 /// Every entry of the snapshot under `include` (all when empty), parents before children.
-async fn walk(repo: &Repo, index: &Index, root: Id, include: &[PathBuf]) -> Result<Vec<Item>> {
+async fn walk(
+    repo: &Repo,
+    index: &Index,
+    trees: &crate::blob::Trees,
+    root: Id,
+    include: &[PathBuf],
+) -> Result<Vec<Item>> {
     let wanted = |rel: &Path| {
         include.is_empty()
             || include
@@ -58,7 +64,7 @@ async fn walk(repo: &Repo, index: &Index, root: Id, include: &[PathBuf]) -> Resu
     let mut level: Vec<(PathBuf, Id)> = vec![(PathBuf::new(), root)];
     while !level.is_empty() {
         let trees: Vec<(PathBuf, Result<crate::tree::Tree>)> = futures::stream::iter(level)
-            .map(|(rel, id)| async move { (rel, load_tree(repo, index, &id).await) })
+            .map(|(rel, id)| async move { (rel, trees.get(repo, index, &id).await) })
             .buffered(READ_AHEAD)
             .collect()
             .await;
@@ -161,7 +167,9 @@ pub async fn restore(
         .iter()
         .map(|p| p.strip_prefix("/").unwrap_or(p).to_path_buf())
         .collect();
-    let items = walk(&repo, &index, snap.tree, &include).await?;
+    let trees = crate::blob::Trees::preload(&repo, &index, crate::blob::PRELOAD_MAX).await?;
+    let items = walk(&repo, &index, &trees, snap.tree, &include).await?;
+    drop(trees);
     if !include.is_empty() && items.is_empty() {
         return Err(Error::NotFound(format!("{include:?}: not in the snapshot")));
     }

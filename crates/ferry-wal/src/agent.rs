@@ -45,7 +45,7 @@ impl PushAgent {
             return Ok(());
         };
         info!(pg_wal = %self.pg_wal.display(), archive = %self.archive.url(), "push agent up");
-        let mut tasks: JoinSet<(String, Result<String>)> = JoinSet::new();
+        let mut tasks: JoinSet<(String, Result<(String, std::fs::Metadata)>)> = JoinSet::new();
         let mut inflight: HashSet<String> = HashSet::new();
         // Files the drop policy gave up on: PostgreSQL may not have marked them done yet.
         let mut dropped: HashSet<String> = HashSet::new();
@@ -83,9 +83,16 @@ impl PushAgent {
                 let path = self.pg_wal.join(n);
                 let name = n.to_string();
                 tasks.spawn(async move {
-                    let res = push_file(&archive, &path)
-                        .await
-                        .map(|p| p.header().hash_hex());
+                    let res = async {
+                        // The identity is taken before reading: a file replaced meanwhile
+                        // gets an ack that matches neither, and is pushed again.
+                        let meta = tokio::fs::metadata(&path)
+                            .await
+                            .map_err(|e| ferry_store::Error::io(path.display(), e))?;
+                        let pushed = push_file(&archive, &path).await?;
+                        Ok((pushed.header().hash_hex(), meta))
+                    }
+                    .await;
                     (name, res)
                 });
             }
@@ -115,9 +122,9 @@ impl PushAgent {
         Ok(())
     }
 
-    fn settle(&self, name: &str, res: Result<String>) {
+    fn settle(&self, name: &str, res: Result<(String, std::fs::Metadata)>) {
         let recorded = match res {
-            Ok(hash) => self.spool.ack(name, &hash),
+            Ok((hash, meta)) => self.spool.ack(name, &hash, &meta),
             Err(e) => {
                 warn!("{name}: {e}");
                 self.spool.fail(name, &e.to_string())

@@ -95,7 +95,7 @@ pub fn push_via_agent(
     if !ready_file(path, name.as_str()).exists() {
         return Ok(Handed::NotQueued);
     }
-    if let Some(v) = spool.verdict(name.as_str()) {
+    if let Some(v) = spool.verdict(name.as_str(), &meta) {
         return v.map(|()| Handed::Archived).map_err(Error::Permanent);
     }
     if let Some(max) = opts.queue_max {
@@ -149,7 +149,7 @@ pub fn push_via_agent(
         std::thread::sleep(nap);
         // Polling a file is a stat: cheap enough to keep the ack-to-return delay under 2 ms.
         nap = (nap * 2).min(Duration::from_millis(2));
-        if let Some(v) = spool.verdict(name.as_str()) {
+        if let Some(v) = spool.verdict(name.as_str(), &meta) {
             return v.map(|()| Handed::Archived).map_err(Error::Permanent);
         }
         if started.elapsed() > opts.timeout {

@@ -47,6 +47,17 @@ pub fn write_durable(path: &Path, data: &[u8]) -> Result<()> {
     res.map_err(|e| io(path, e))
 }
 
+/// Size, mtime (ns) and inode: what tells one file from another under the same name.
+fn identity(m: &fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        "{} {} {}",
+        m.len(),
+        m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        m.ino()
+    )
+}
+
 impl Spool {
     /// Opens (creating) the spool at `dir`; a clear error when it cannot be used.
     pub fn open(dir: &Path) -> Result<Self> {
@@ -96,10 +107,12 @@ impl Spool {
         Ok(self.try_lock(name)?.is_none())
     }
 
-    /// Records that `name` is durably archived, with its checksum.
-    pub fn ack(&self, name: &str, hash_hex: &str) -> Result<()> {
+    /// Records that `name` is durably archived: its checksum and the identity of the file
+    /// pushed (size, mtime, inode), which wal-push compares with the file it was handed.
+    pub fn ack(&self, name: &str, hash_hex: &str, file: &fs::Metadata) -> Result<()> {
         let _ = fs::remove_file(self.path(&format!("out/{name}.error")));
-        write_durable(&self.path(&format!("out/{name}.ok")), hash_hex.as_bytes())
+        let body = format!("{hash_hex} {}", identity(file));
+        write_durable(&self.path(&format!("out/{name}.ok")), body.as_bytes())
     }
 
     /// Records why the agent failed on `name`.
@@ -121,11 +134,21 @@ impl Spool {
         self.path(&format!("out/{name}.error")).exists()
     }
 
-    /// The agent's verdict on `name`, if any: `Ok` when archived, the error otherwise (which
-    /// is removed, so that the next attempt tries again).
-    pub fn verdict(&self, name: &str) -> Option<std::result::Result<(), String>> {
-        if self.acked(name) {
-            return Some(Ok(()));
+    /// The agent's verdict on `name`, if any: `Ok` when the file described by `file` is
+    /// archived, the error otherwise (which is removed, so that the next attempt tries again).
+    /// An ack for another file of the same name (a stale spool) is removed and ignored.
+    pub fn verdict(
+        &self,
+        name: &str,
+        file: &fs::Metadata,
+    ) -> Option<std::result::Result<(), String>> {
+        let ok = self.path(&format!("out/{name}.ok"));
+        if let Ok(body) = fs::read_to_string(&ok) {
+            if body.split_once(' ').map(|(_, id)| id) == Some(identity(file).as_str()) {
+                return Some(Ok(()));
+            }
+            let _ = fs::remove_file(&ok);
+            return None;
         }
         let p = self.path(&format!("out/{name}.error"));
         let msg = fs::read_to_string(&p).ok()?;

@@ -201,3 +201,29 @@ fn queue_limit_keeps_wal_unless_told_to_drop() {
     let human = rig.ferry(&["wal-status"], &drop);
     assert!(String::from_utf8_lossy(&human.stdout).contains("GAP"));
 }
+
+/// An ack left in the spool for another file of the same name (a re-created cluster, say)
+/// is not taken for this file's: the file is pushed, and only then acknowledged.
+#[test]
+fn a_stale_ack_is_not_trusted() {
+    let Some(rig) = Rig::new(&Repo::Local, false, &[]) else {
+        return;
+    };
+    rig.load(2);
+    let seg = rig.settle();
+    let other = rig.pg.make_dir("fresh-repo");
+    let spool = rig.pg.make_dir("fresh-spool");
+    let path = queued_copy(&rig, &seg);
+    std::fs::create_dir_all(spool.join("out")).unwrap();
+    std::fs::write(spool.join(format!("out/{seg}.ok")), "0000 1 2 3").unwrap();
+    rig.pg.chown_to_pg(&spool);
+    let env = [
+        ("FERRY_REPO", other.to_str().unwrap()),
+        ("FERRY_WAL_ASYNC", "true"),
+        ("FERRY_WAL_SPOOL", spool.to_str().unwrap()),
+    ];
+    let out = rig.ferry(&["wal-push", path.to_str().unwrap()], &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stored = other.join("wal").join(&seg[..16]).join(&seg);
+    assert!(stored.exists(), "acknowledged without being archived");
+}

@@ -92,7 +92,32 @@ async fn run_backup(
         bar: Bar::new(out.progress),
         files: AtomicU64::new(0),
     });
-    let arch = Archiver::new(repo.clone(), Arc::new(index), progress.clone());
+    let index = Arc::new(index);
+    let host = ferry_repo::snapshot::hostname();
+    let parent = if args.stdin {
+        None
+    } else {
+        let shown: Vec<String> = args
+            .paths
+            .iter()
+            .map(|p| {
+                std::path::absolute(p)
+                    .map(|a| a.display().to_string())
+                    .unwrap_or_default()
+            })
+            .collect();
+        list(repo)
+            .await?
+            .into_iter()
+            .rfind(|(_, s)| s.hostname == host && s.paths == shown)
+    };
+    // The parent's listings, read up front in a few parallel pack reads.
+    let trees = if parent.is_some() {
+        ferry_repo::blob::Trees::preload(repo, &index, ferry_repo::blob::PRELOAD_MAX).await?
+    } else {
+        ferry_repo::blob::Trees::default()
+    };
+    let arch = Archiver::new(repo.clone(), index, trees, progress.clone());
     let outcome = if args.stdin {
         let name = args.name.clone().expect("clap requires --name");
         arch.backup_stream(std::io::stdin(), &name, args.tag.clone())
@@ -107,12 +132,6 @@ async fn run_backup(
             }
             paths.push(abs);
         }
-        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        let host = ferry_repo::snapshot::hostname();
-        let parent = list(repo)
-            .await?
-            .into_iter()
-            .rfind(|(_, s)| s.hostname == host && s.paths == shown);
         let (p2, pr) = (paths.clone(), progress.clone());
         std::thread::spawn(move || scan(p2, pr));
         arch.backup_paths(&paths, parent, args.tag.clone()).await?
