@@ -120,11 +120,9 @@ impl Trees {
             .collect()
             .await;
         let mut cache = std::collections::HashMap::new();
-        for r in loaded {
-            // A damaged tree pack: those trees load one by one later and report there.
-            if let Ok(v) = r {
-                cache.extend(v.into_iter().map(|(id, t)| (id, std::sync::Arc::new(t))));
-            }
+        // A damaged tree pack is skipped: its trees load one by one later and report there.
+        for v in loaded.into_iter().flatten() {
+            cache.extend(v.into_iter().map(|(id, t)| (id, std::sync::Arc::new(t))));
         }
         Ok(Trees { cache })
     }
