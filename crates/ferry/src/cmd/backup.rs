@@ -145,20 +145,28 @@ async fn run_backup(
             serde_json::json!({
                 "snapshot": outcome.id, "summary": s, "seconds": secs,
                 "errors": outcome.errors,
-                "new_fraction": s.bytes_new as f64 / (s.bytes_read.max(1)) as f64,
+                "new_fraction": if s.bytes_read == 0 { 0.0 } else { s.bytes_new as f64 / s.bytes_read as f64 },
             })
         );
     } else {
+        // The dedup ratio: of what was read, how much was new to the repository.
+        let ratio = if s.bytes_read == 0 {
+            "nothing read".to_string()
+        } else {
+            format!(
+                "{:.1}% of what was read",
+                100.0 * s.bytes_new as f64 / s.bytes_read as f64
+            )
+        };
         eprintln!(
             "snapshot {} saved: {} files ({} unchanged), {:.1} MB; read {:.1} MB, new {:.1} MB \
-             ({:.1}% of read), stored {:.1} MB, in {secs:.1}s",
+             ({ratio}), stored {:.1} MB, in {secs:.1}s",
             outcome.id.short(),
             s.files_read + s.files_unchanged,
             s.files_unchanged,
             s.total_bytes as f64 / 1e6,
             s.bytes_read as f64 / 1e6,
             s.bytes_new as f64 / 1e6,
-            100.0 * s.bytes_new as f64 / s.bytes_read.max(1) as f64,
             s.bytes_stored as f64 / 1e6,
         );
     }
