@@ -311,3 +311,39 @@ fn killed_backup_packs_are_reused() {
     repo.ok(&["check", "--read-data"]);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Backups run side by side; prune refuses to run beside one, and runs once it is done.
+#[test]
+fn concurrent_backups_and_prune_beside_a_backup() {
+    let dir = scratch("bk-concurrent");
+    let repo = Repo::local(&dir);
+    repo.ok(&["init"]);
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    small_files(&a, 3000);
+    corpus(&b, 8 << 20);
+    // A stdin backup holds its lock while its input stays open.
+    let mut held = repo
+        .cmd(&["backup", "--stdin", "--name", "stream"], &[])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = held.stdin.take().unwrap();
+    std::io::Write::write_all(&mut pipe, &ferry_testkit::random_bytes(1 << 20, 4)).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (ra, rb) = std::thread::scope(|s| {
+        let ta = s.spawn(|| repo.run(&["backup", a.to_str().unwrap()], &[]));
+        let tb = s.spawn(|| repo.run(&["backup", b.to_str().unwrap()], &[]));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    assert!(ra.status.success(), "{}", stderr(&ra));
+    assert!(rb.status.success(), "{}", stderr(&rb));
+    let out = repo.run(&["prune"], &[]);
+    assert!(!out.status.success(), "prune ran beside a backup");
+    assert!(stderr(&out).contains("is locked"), "{}", stderr(&out));
+    drop(pipe);
+    assert!(held.wait().unwrap().success());
+    repo.ok(&["prune"]);
+    repo.ok(&["check", "--read-data"]);
+    all_restore(&repo, &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
