@@ -37,8 +37,8 @@ bench_dir() {
   echo "bench_dir: need $1 GiB free in /dev/shm or /tmp" >&2; return 1
 }
 
-wait_http() { # url: up to 30 s for a server to answer
-  local _; for _ in $(seq 300); do nsx curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
+wait_http() { # url [curl args]: up to 30 s for a server to answer
+  local _; for _ in $(seq 300); do nsx curl -fsS -o /dev/null "$@" 2>/dev/null && return 0; sleep 0.1; done
   echo "timeout waiting for $1" >&2; return 1
 }
 
@@ -86,20 +86,47 @@ link_up() { # [GiB of scratch space wanted]
   link_down 2>/dev/null || true
   BENCH_DIR=${BENCH_DIR:-$(bench_dir "${1:-4}")}
   mkdir -p "$BENCH_DIR/minio" "$BENCH_DIR/work"
+  MINIO_CERTS=
+  if [ "${LINK_TLS:-0}" = 1 ]; then   # MinIO over https, CA in $MINIO_CA
+    MINIO_CERTS=$BENCH_DIR/certs MINIO_CA=$BENCH_DIR/certs/CAs/ca.crt
+    make_certs "$MINIO_CERTS"
+  fi
   ip netns add "$NS"
   nsx ip link set lo up
   shape_lo
   MINIO_ROOT_USER=minioadmin MINIO_ROOT_PASSWORD=minioadmin MINIO_UPDATE=off MINIO_BROWSER=off \
-    ip netns exec "$NS" "$TOOLS/minio" server --quiet --address 127.0.0.1:9100 "$BENCH_DIR/minio" >"$BENCH_DIR/minio.log" 2>&1 &
+    ip netns exec "$NS" "$TOOLS/minio" server --quiet --address 127.0.0.1:9100 ${MINIO_CERTS:+--certs-dir "$MINIO_CERTS"} \
+    "$BENCH_DIR/minio" >"$BENCH_DIR/minio.log" 2>&1 &
   echo $! >"$BENCH_DIR/minio.pid"   # not via nsx: a backgrounded function is a subshell, and
   ip netns exec "$NS" "$TOOLS/toxiproxy-server" -host 127.0.0.1 -port 8474 >"$BENCH_DIR/toxiproxy.log" 2>&1 &
   echo $! >"$BENCH_DIR/toxiproxy.pid" # $! must be the server (ip netns exec execs into it)
   wait_http http://127.0.0.1:8474/version
-  wait_http http://127.0.0.1:9100/minio/health/live
+  if [ -n "${MINIO_CERTS:-}" ]; then
+    wait_http https://127.0.0.1:9100/minio/health/live --cacert "$MINIO_CA"
+  else
+    wait_http http://127.0.0.1:9100/minio/health/live
+  fi
   add_proxy s3 127.0.0.1:9000 127.0.0.1:9100
   add_proxy raw 127.0.0.1:9001 127.0.0.1:9101
   echo "link up: ns $NS, PROFILE=$PROFILE RTT ${RTT_MS}ms, ${CONN_MBPS} MB/s/conn, ${AGG_MBPS} MB/s aggregate;" \
-       "tbf burst $TBF_BURST latency $TBF_LATENCY; S3 via 127.0.0.1:9000; scratch $BENCH_DIR" >&2
+       "tbf burst $TBF_BURST latency $TBF_LATENCY; S3 via ${MINIO_CERTS:+https://}127.0.0.1:9000; scratch $BENCH_DIR" >&2
+}
+
+# A private CA and a server certificate for 127.0.0.1 in DIR, laid out for MinIO's --certs-dir
+# (public.crt, private.key, CAs/ca.crt). LINK_TLS=1 makes link_up call it and start MinIO
+# on TLS (toxiproxy passes TLS through; clients trust $MINIO_CA). The recipe is that of
+# scripts/services' minio-tls: rustls rejects a self-signed CA used as the server's own cert.
+make_certs() { # dir
+  local c=$1
+  mkdir -p "$c/CAs"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=ferry bench CA" \
+    -keyout "$c/ca.key" -out "$c/CAs/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$c/private.key" -out "$c/server.csr" 2>/dev/null
+  # DNS:127.0.0.1 too: pgBackRest 2.45 matches its endpoint only against DNS names.
+  printf 'subjectAltName=IP:127.0.0.1,DNS:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$c/ext.cnf"
+  openssl x509 -req -in "$c/server.csr" -CA "$c/CAs/ca.crt" -CAkey "$c/ca.key" -CAcreateserial -days 30 \
+    -extfile "$c/ext.cnf" -out "$c/public.crt" 2>/dev/null
+  chmod 644 "$c/CAs/ca.crt" "$c/public.crt"
 }
 
 link_down() { # safe to call twice and under set -e; kills only what the bench started
