@@ -56,8 +56,10 @@ fn init_logging(verbose: u8, agent: bool) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours only on a terminal: the agents' stderr is a log file.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
 }

@@ -115,6 +115,19 @@ fn recovery_is_served_by_prefetch() {
     assert!(restored >= 6, "{restored} restored");
     let agent_log = std::fs::read_to_string(copy.dir().join("spool/agent.log")).unwrap();
     let prefetched = agent_log.matches("prefetched ").count();
+    // Each segment is fetched once: the look-ahead moves on hits too.
+    let mut names: Vec<&str> = agent_log
+        .lines()
+        .filter_map(|l| l.split("prefetched ").nth(1))
+        .collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(
+        before,
+        names.len(),
+        "segments prefetched twice:\n{agent_log}"
+    );
     // The first file and those after a request for a missing one are fetched directly.
     assert!(
         prefetched + 3 >= restored,

@@ -177,15 +177,17 @@ pub async fn fetch_cmd(
     let name = WalName::parse(&args.name)?;
     if wal.async_ && wal.prefetch > 0 {
         let spool = Spool::open(&wal.spool)?;
-        if fetch::take_prefetched(&spool, &name, &args.dest, Duration::from_secs(60))? {
-            return report(out, &args.dest, "prefetched");
-        }
-        // Only segments move the look-ahead: PostgreSQL also probes for history files.
+        let taken = fetch::take_prefetched(&spool, &name, &args.dest, Duration::from_secs(60))?;
+        // Every request moves the look-ahead, hits too (else the window stays behind and
+        // refetches what was taken). Only segments: PostgreSQL also probes for histories.
         if name.kind() == ferry_wal::Kind::Segment {
             fetch::want(&spool, &name)?;
             if !spool.locked("fetch")? {
                 start_agent(g, &args.wal, "fetch", &dir.join("pg_wal"), &spool)?;
             }
+        }
+        if taken {
+            return report(out, &args.dest, "prefetched");
         }
     }
     let archive = open_archive(stores, engine, wal.compress_level)?;
