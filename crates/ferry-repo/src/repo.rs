@@ -143,23 +143,39 @@ impl Repo {
             },
         };
         let mut found = None;
+        let mut damaged = Vec::new();
         for k in &keys {
+            let name = k.key.rsplit('/').next().unwrap_or_default().to_string();
             let body = probe.read(&k.key).await?;
-            let Ok(kf) = serde_json::from_slice::<KeyFile>(&body) else {
-                continue; // a damaged key file: another may still open
+            let kf = match serde_json::from_slice::<KeyFile>(&body) {
+                Ok(kf) => kf,
+                Err(e) => {
+                    damaged.push(format!("keys/{name} ({e})"));
+                    continue; // another key file may still open
+                }
             };
             let password = password.to_vec();
             let opened = tokio::task::spawn_blocking(move || kf.unwrap(&password))
                 .await
-                .map_err(|e| Error::Permanent(e.to_string()))??;
-            if let Some(key) = opened {
-                found = Some((key, Id::parse(k.key.rsplit('/').next().unwrap_or_default())));
-                break;
+                .map_err(|e| Error::Permanent(e.to_string()))?;
+            match opened {
+                Ok(Some(key)) => {
+                    found = Some((key, Id::parse(&name)));
+                    break;
+                }
+                Ok(None) => {}
+                Err(e) => damaged.push(format!("keys/{name} ({e})")),
             }
         }
         let Some((key, opened_with)) = found else {
+            let why = if damaged.is_empty() {
+                String::new()
+            } else {
+                format!("; damaged: {}", damaged.join(", "))
+            };
             return Err(Error::Denied(format!(
-                "wrong password for repository {url} (or its key files are damaged: {} tried)",
+                "wrong password for repository {url}, or its key files are damaged \
+                 ({} tried{why})",
                 keys.len()
             )));
         };
