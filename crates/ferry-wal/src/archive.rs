@@ -195,13 +195,22 @@ impl Archive {
     /// Archives `data` as `name`. Succeeds without writing when the archive already holds the
     /// same content; refuses to replace different content.
     pub async fn push(&self, name: &WalName, data: Vec<u8>) -> Result<Pushed> {
-        if matches!(name.kind(), Kind::Segment | Kind::Partial) {
-            self.claim(page::read(name, &data)?).await?;
-        }
+        let segment = match name.kind() {
+            Kind::Segment | Kind::Partial => Some(page::read(name, &data)?),
+            _ => None,
+        };
+        let claim = async {
+            match segment {
+                Some(h) => self.claim(h).await,
+                None => Ok(()),
+            }
+        };
         let level = self.level;
         let sealing = tokio::task::spawn_blocking(move || envelope::seal(&data, level));
-        // The existence check's round trip overlaps compression.
-        let (existing, sealed) = tokio::join!(self.peek(name), sealing);
+        // The ownership check, the existence check and compression overlap: a sync push
+        // (a new process per segment) pays their round trips once, not in turn.
+        let (claimed, existing, sealed) = tokio::join!(claim, self.peek(name), sealing);
+        claimed?;
         let (header, obj) = sealed.map_err(|e| Error::Permanent(format!("compress: {e}")))??;
         match existing {
             Ok(h) if h.same_content(&header) => return Ok(Pushed::AlreadyArchived(header)),
