@@ -333,13 +333,24 @@ impl Archiver {
         path: PathBuf,
         old: Option<Node>,
     ) -> BoxFuture<'static, Option<Node>> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        let node = Self::node(&path, &name);
+        self.save_node(path, node, old)
+    }
+
+    /// Backs up the entry at `path` whose metadata was read as `node`.
+    fn save_node(
+        self: &Arc<Self>,
+        path: PathBuf,
+        node: std::io::Result<Node>,
+        old: Option<Node>,
+    ) -> BoxFuture<'static, Option<Node>> {
         let me = self.clone();
         async move {
-            let name = path
-                .file_name()
-                .map(|n| n.to_os_string())
-                .unwrap_or_default();
-            let mut node = match Self::node(&path, &name) {
+            let mut node = match node {
                 Ok(n) => n,
                 Err(e) => {
                     me.error(&path, e);
@@ -402,13 +413,26 @@ impl Archiver {
         let me = self.clone();
         async move {
             let p = path.clone();
-            let mut names: Vec<std::ffi::OsString> = tokio::task::spawn_blocking(move || {
-                fs::read_dir(&p).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect())
+            // One blocking call reads the directory and every entry's metadata: an unchanged
+            // file then costs no task of its own.
+            type Entries = Vec<(std::ffi::OsString, std::io::Result<Node>)>;
+            let entries: Entries = tokio::task::spawn_blocking(move || {
+                let mut names: Vec<std::ffi::OsString> =
+                    fs::read_dir(&p).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect())?;
+                names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+                Ok::<Entries, std::io::Error>(
+                    names
+                        .into_iter()
+                        .map(|n| {
+                            let node = Self::node(&p.join(&n), &n);
+                            (n, node)
+                        })
+                        .collect(),
+                )
             })
             .await
             .map_err(|e| Error::Permanent(e.to_string()))?
             .map_err(|e| Error::io(path.display(), e))?;
-            names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
             me.state.lock().expect("state").summary.dirs += 1;
             let mut old_nodes: HashMap<Vec<u8>, Node> = old
                 .map(|t| t.nodes)
@@ -417,8 +441,8 @@ impl Archiver {
                 .map(|n| (n.name_bytes(), n))
                 .collect();
             let mut find = |name: &std::ffi::OsStr| old_nodes.remove(name.as_bytes());
-            let nodes: Vec<Node> = futures::stream::iter(names)
-                .map(|name| me.save_entry(path.join(&name), find(&name)))
+            let nodes: Vec<Node> = futures::stream::iter(entries)
+                .map(|(name, node)| me.save_node(path.join(&name), node, find(&name)))
                 .buffered(FILES_AT_ONCE * 2)
                 .filter_map(|n| async move { n })
                 .collect()
