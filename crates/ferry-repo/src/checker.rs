@@ -126,7 +126,7 @@ pub async fn used_blobs(
 pub async fn check(repo: &Repo, read_data: bool) -> Result<Report> {
     let mut r = Report::default();
     let marker = repo.read(&repo.path("ferry-repo")).await?;
-    if !String::from_utf8_lossy(&marker).starts_with("ferry repository, format 1") {
+    if marker != crate::repo::MARKER_TEXT.as_bytes() {
         r.errors.push("ferry-repo: format marker damaged".into());
     }
     let (index, _, index_errors) = repo.load_index().await?;

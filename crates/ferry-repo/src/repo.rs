@@ -14,7 +14,8 @@ use crate::index::{self, Index};
 
 /// The only plaintext object: says what the prefix holds.
 const MARKER: &str = "ferry-repo";
-const MARKER_TEXT: &str = "ferry repository, format 1 (docs/format.md)\n";
+/// The marker's exact text for format 1; `check` compares it byte for byte.
+pub(crate) const MARKER_TEXT: &str = "ferry repository, format 1 (docs/format.md)\n";
 
 /// Settings fixed at `init`, stored encrypted in `config`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
