@@ -25,6 +25,17 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// Finished files under `dir` (none when it does not exist yet; temp names excluded).
+fn files_under_or_none(dir: &Path) -> usize {
+    if !dir.exists() {
+        return 0;
+    }
+    files_under(dir)
+        .iter()
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .count()
+}
+
 fn flip(path: &Path, at: usize) {
     let mut b = std::fs::read(path).unwrap();
     let i = at % b.len();
@@ -200,12 +211,22 @@ fn kill_9_during_backup_and_prune() {
     repo.ok(&["init"]);
     let mut rng = rand::rng();
     let mut kills = 0;
-    for _ in 0..6 {
-        let child = repo
+    let data_dir = PathBuf::from(&repo.url).join("data");
+    let packs = || files_under_or_none(&data_dir);
+    for i in 0..6u64 {
+        // New data every time, so that no attempt is a quick incremental one.
+        let fresh = ferry_testkit::random_bytes(48 << 20, 1000 + i);
+        std::fs::write(src.join(format!("fresh{i}")), fresh).unwrap();
+        let before = packs();
+        let mut child = repo
             .cmd(&["backup", src.to_str().unwrap()], &[])
             .spawn()
             .unwrap();
-        if kill_after(child, rng.random_range(100..1500)) {
+        // Killed at a random moment after its first new pack landed.
+        while packs() == before && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if kill_after(child, rng.random_range(0..150)) {
             kills += 1;
             let out = repo.run(&["check"], &[]);
             assert!(
