@@ -114,6 +114,22 @@ impl Archive {
         Ok(out)
     }
 
+    /// Writes `value` as JSON to `wal/rel`.
+    async fn put_json<T: Serialize>(&self, rel: &str, value: &T) -> Result<()> {
+        let body = serde_json::to_vec_pretty(value).expect("serializable");
+        let key = self.key(rel);
+        self.engine
+            .upload(
+                &body[..],
+                &self.store,
+                &key,
+                Class::Urgent,
+                Arc::new(NoProgress),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// The cluster this archive belongs to, if anything was pushed yet.
     pub async fn cluster(&self) -> Result<Option<Cluster>> {
         if let Some(c) = self.cluster.get() {
@@ -150,17 +166,7 @@ impl Archive {
                 mine.seg_size
             ))),
             None => {
-                let body = serde_json::to_vec_pretty(&mine).expect("serializable");
-                let key = self.key("cluster.json");
-                self.engine
-                    .upload(
-                        &body[..],
-                        &self.store,
-                        &key,
-                        Class::Urgent,
-                        Arc::new(NoProgress),
-                    )
-                    .await?;
+                self.put_json("cluster.json", &mine).await?;
                 let _ = self.cluster.set(mine);
                 Ok(())
             }
@@ -277,18 +283,7 @@ impl Archive {
 
     /// Records in the archive that `gap.name` was acknowledged without being archived.
     pub async fn record_gap(&self, gap: &Gap) -> Result<()> {
-        let body = serde_json::to_vec_pretty(gap).expect("serializable");
-        let key = self.key(&format!("gaps/{}", gap.name));
-        self.engine
-            .upload(
-                &body[..],
-                &self.store,
-                &key,
-                Class::Urgent,
-                Arc::new(NoProgress),
-            )
-            .await?;
-        Ok(())
+        self.put_json(&format!("gaps/{}", gap.name), gap).await
     }
 
     /// Every gap recorded in the archive.
