@@ -47,6 +47,13 @@ impl MasterKey {
         k
     }
 
+    /// A 32-byte key for another purpose (the WAL archive's AEAD, say), derived from the
+    /// encryption key with BLAKE3's key derivation under `context`, so that layers above
+    /// never hold the master key itself and each purpose has its own.
+    pub fn subkey(&self, context: &str) -> [u8; 32] {
+        blake3::derive_key(context, &self.enc)
+    }
+
     /// Encrypts `plain`: nonce, then ciphertext and tag.
     pub fn seal(&self, plain: &[u8]) -> Vec<u8> {
         seal_with(&self.enc, plain)
