@@ -1,7 +1,9 @@
 //! `backup`: files and streams into the repository. Reading, chunking, hashing, compressing
 //! and encrypting run on blocking threads, several files at once; packs upload through the
 //! engine's bulk class while the next ones fill. Files whose size, mtime, ctime and inode match
-//! the parent snapshot keep their content list unread.
+//! the parent snapshot, and whose ctime lies safely before the parent started, keep their
+//! content list unread: ctime cannot be set from user space, so a write after the parent began
+//! reading always shows, even one within the same mtime tick.
 //!
 //! Write order: packs, then the index files naming them (flushed every few packs, so an
 //! interrupted backup's packs serve the next one), then the snapshot.
@@ -12,6 +14,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ferry_store::{Error, Result};
@@ -23,6 +26,7 @@ use tokio::task::JoinSet;
 use crate::id::Id;
 use crate::index::{self, Index};
 use crate::pack::{BlobKind, Entry, Packer};
+use crate::policy::{Chunking, Everything, Policy};
 use crate::repo::Repo;
 use crate::snapshot::{hostname, Snapshot, Summary};
 use crate::tree::{Node, NodeKind, Tree};
@@ -35,6 +39,9 @@ const FILES_AT_ONCE: usize = 8;
 /// [`INDEX_EVERY`]: a backup killed after that leaves its packs findable.
 const PACKS_PER_INDEX: usize = 16;
 const INDEX_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// A parent's file is trusted unread only if its ctime is this much before the parent began:
+/// the kernel stamps ctime from a coarse clock that may lag the one the start time came from.
+const CTIME_MARGIN_NS: i64 = 2_000_000_000;
 
 /// zstd level for blobs: level 1 keeps within a few percent of level 3's size at twice the
 /// speed, and a backup on 2 cores is bound by it.
@@ -109,6 +116,17 @@ pub struct Archiver {
     progress: Arc<dyn BackupProgress>,
     rt: tokio::runtime::Handle,
     trees: crate::blob::Trees,
+    policy: Arc<dyn Policy>,
+    /// Nanoseconds since the epoch when this backup began.
+    started: i64,
+    /// Parent files with a ctime before this are trusted unread.
+    trust_before: AtomicI64,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 impl Archiver {
@@ -119,6 +137,17 @@ impl Archiver {
         index: Arc<Index>,
         trees: crate::blob::Trees,
         progress: Arc<dyn BackupProgress>,
+    ) -> Arc<Self> {
+        Self::with_policy(repo, index, trees, progress, Arc::new(Everything))
+    }
+
+    /// Like [`Archiver::new`], with what to take and how to cut it chosen by `policy`.
+    pub fn with_policy(
+        repo: Arc<Repo>,
+        index: Arc<Index>,
+        trees: crate::blob::Trees,
+        progress: Arc<dyn BackupProgress>,
+        policy: Arc<dyn Policy>,
     ) -> Arc<Self> {
         Arc::new(Self {
             repo,
@@ -139,6 +168,9 @@ impl Archiver {
             progress,
             rt: tokio::runtime::Handle::current(),
             trees,
+            policy,
+            started: now_ns(),
+            trust_before: AtomicI64::new(i64::MIN),
         })
     }
 
@@ -220,6 +252,20 @@ impl Archiver {
         Ok(())
     }
 
+    /// Whether an entry gone missing is passed over in silence.
+    fn vanished(&self, kind: &std::io::ErrorKind) -> bool {
+        *kind == std::io::ErrorKind::NotFound && !self.policy.vanished_is_error()
+    }
+
+    /// Trusts the parent's metadata for files last changed safely before it began.
+    fn trust_parent(&self, parent: Option<&Snapshot>) {
+        if let Some(s) = parent {
+            let start = s.start.unwrap_or(s.time.saturating_mul(1_000_000_000));
+            self.trust_before
+                .store(start - CTIME_MARGIN_NS, Ordering::Relaxed);
+        }
+    }
+
     fn error(&self, path: &Path, e: impl std::fmt::Display) {
         let mut st = self.state.lock().expect("state");
         st.summary.errors += 1;
@@ -232,7 +278,18 @@ impl Archiver {
         let io = |e: std::io::Error| Error::io(path.display(), e);
         let mut ids = Vec::new();
         let mut read = 0u64;
-        if size <= u64::from(cfg.chunk_min) {
+        if let Chunking::Fixed(block) = self.policy.chunking(path) {
+            let mut f = fs::File::open(path).map_err(io)?;
+            let mut buf = vec![0u8; block as usize];
+            loop {
+                let n = read_full(&mut f, &mut buf).map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                read += n as u64;
+                ids.push(self.add_blob(BlobKind::Data, &buf[..n])?);
+            }
+        } else if size <= u64::from(cfg.chunk_min) {
             // A small file is one chunk: no chunker buffer for it.
             let mut buf = Vec::with_capacity(size as usize);
             fs::File::open(path)
@@ -352,14 +409,19 @@ impl Archiver {
         async move {
             let mut node = match node {
                 Ok(n) => n,
+                Err(e) if me.vanished(&e.kind()) => return None,
                 Err(e) => {
                     me.error(&path, e);
                     return None;
                 }
             };
+            let trust_before = me.trust_before.load(Ordering::Relaxed);
             match node.kind {
                 NodeKind::File => {
-                    if let Some(o) = old.as_ref().filter(|o| node.unchanged_since(o)) {
+                    if let Some(o) = old
+                        .as_ref()
+                        .filter(|o| node.unchanged_since(o) && o.ctime < trust_before)
+                    {
                         node.content = o.content.clone();
                         me.state.lock().expect("state").summary.files_unchanged += 1;
                     } else {
@@ -373,6 +435,9 @@ impl Archiver {
                                 let mut st = me.state.lock().expect("state");
                                 st.summary.files_read += 1;
                                 st.summary.bytes_read += read;
+                            }
+                            Ok(Err(Error::NotFound(_))) if me.vanished(&std::io::ErrorKind::NotFound) => {
+                                return None;
                             }
                             Ok(Err(e)) => {
                                 me.error(&path, e);
@@ -391,6 +456,9 @@ impl Archiver {
                     let old_tree = me.old_tree(old.and_then(|o| o.subtree)).await;
                     match me.save_dir(path.clone(), old_tree).await {
                         Ok(id) => node.subtree = Some(id),
+                        Err(Error::NotFound(_)) if me.vanished(&std::io::ErrorKind::NotFound) => {
+                            return None;
+                        }
                         Err(e) => {
                             me.error(&path, e);
                             return None;
@@ -412,13 +480,14 @@ impl Archiver {
     ) -> BoxFuture<'static, Result<Id>> {
         let me = self.clone();
         async move {
-            let p = path.clone();
+            let (p, me2) = (path.clone(), me.clone());
             // One blocking call reads the directory and every entry's metadata: an unchanged
             // file then costs no task of its own.
             type Entries = Vec<(std::ffi::OsString, std::io::Result<Node>)>;
             let entries: Entries = tokio::task::spawn_blocking(move || {
                 let mut names: Vec<std::ffi::OsString> =
                     fs::read_dir(&p).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect())?;
+                names.retain(|n| me2.policy.include(&p.join(n)));
                 names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
                 Ok::<Entries, std::io::Error>(
                     names
@@ -511,13 +580,29 @@ impl Archiver {
         for p in paths {
             fs::symlink_metadata(p).map_err(|e| Error::io(p.display(), e))?;
         }
+        self.trust_parent(parent.as_ref().map(|p| &p.1));
         let old_root = match &parent {
             Some((_, s)) => self.old_tree(Some(s.tree)).await,
             None => None,
         };
         let root = self.save_paths(PathBuf::from("/"), rels, old_root).await?;
         let shown = paths.iter().map(|p| p.display().to_string()).collect();
-        self.finish(root, shown, parent.map(|p| p.0), tags).await
+        self.commit(root, shown, parent.map(|p| p.0), tags, None)
+            .await
+    }
+
+    /// Backs up the directory `dir` as the snapshot's root (its entries are the root tree's,
+    /// so a restore writes them straight into the target), compared against `parent`.
+    /// Returns the root tree for [`Archiver::commit`], which the caller calls once it has
+    /// what the snapshot should record.
+    pub async fn save_root(self: &Arc<Self>, dir: &Path, parent: Option<&Snapshot>) -> Result<Id> {
+        self.trust_parent(parent);
+        let old = match parent {
+            Some(s) => self.old_tree(Some(s.tree)).await,
+            None => None,
+        };
+        fs::metadata(dir).map_err(|e| Error::io(dir.display(), e))?;
+        self.save_dir(dir.to_path_buf(), old).await
     }
 
     /// Backs up a stream as one file called `name`.
@@ -576,16 +661,19 @@ impl Archiver {
             st.summary.total_bytes = size;
         }
         let root = self.save_tree(vec![node]).await?;
-        self.finish(root, vec![format!("stdin:{name}")], None, tags)
+        self.commit(root, vec![format!("stdin:{name}")], None, tags, None)
             .await
     }
 
-    async fn finish(
+    /// Uploads what is left, indexes it, and writes the snapshot of `root`: the last step,
+    /// so that a snapshot never names data the repository lacks.
+    pub async fn commit(
         self: &Arc<Self>,
         root: Id,
         paths: Vec<String>,
         parent: Option<Id>,
         tags: Vec<String>,
+        extra: Option<serde_json::Value>,
     ) -> Result<Outcome> {
         let (data, tree) = {
             let mut st = self.state.lock().expect("state");
@@ -626,6 +714,8 @@ impl Archiver {
             tree: root,
             parent,
             summary,
+            start: Some(self.started),
+            extra,
         };
         let id = self
             .repo
@@ -640,4 +730,18 @@ impl Archiver {
             errors,
         })
     }
+}
+
+/// Reads until `buf` is full or the file ends; the bytes read.
+fn read_full(f: &mut fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }

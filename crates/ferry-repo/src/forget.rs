@@ -115,6 +115,8 @@ mod tests {
                 tree: Id::default(),
                 parent: None,
                 summary: Default::default(),
+                start: None,
+                extra: None,
             },
         )
     }

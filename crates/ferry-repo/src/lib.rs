@@ -16,6 +16,7 @@ pub mod id;
 pub mod index;
 pub mod lock;
 pub mod pack;
+pub mod policy;
 pub mod prune;
 pub mod repo;
 pub mod restorer;

@@ -49,6 +49,14 @@ pub struct Snapshot {
     pub parent: Option<Id>,
     /// Counts.
     pub summary: Summary,
+    /// When the backup started, nanoseconds since the epoch: a file whose ctime is not
+    /// safely before it may have changed while it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<i64>,
+    /// What the layer above records with the snapshot (a PostgreSQL backup's label and WAL
+    /// range); encrypted with the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<serde_json::Value>,
 }
 
 /// The host's name, for snapshots.
