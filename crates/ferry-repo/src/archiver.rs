@@ -252,6 +252,11 @@ impl Archiver {
         Ok(())
     }
 
+    /// What could not be read so far, with why.
+    pub fn errors(&self) -> Vec<String> {
+        self.state.lock().expect("state").errors.clone()
+    }
+
     /// Whether an entry gone missing is passed over in silence.
     fn vanished(&self, kind: &std::io::ErrorKind) -> bool {
         *kind == std::io::ErrorKind::NotFound && !self.policy.vanished_is_error()

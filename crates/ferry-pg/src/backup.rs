@@ -1,0 +1,208 @@
+//! `ferry pg backup`: a base backup through the non-exclusive backup API.
+//!
+//! pg_backup_start (with a fast checkpoint), the data directory read in parallel by the
+//! repository's archiver, then pg_backup_stop, which waits until the last WAL segment the
+//! backup needs is archived. The snapshot, carrying the label and the WAL range, is written
+//! only then: a backup in the repository always has its WAL in the archive.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ferry_repo::archiver::{Archiver, BackupProgress};
+use ferry_repo::{Id, Repo, Snapshot};
+use ferry_store::{Error, Result};
+use tokio_postgres::Client;
+
+use crate::conn::{connect, pg_message};
+use crate::layout::PgLayout;
+use crate::lsn::Lsn;
+use crate::record::{self, PgBackup};
+
+/// What to back up and how.
+pub struct BackupOptions {
+    /// libpq connection string or URL; empty: the environment's.
+    pub conninfo: String,
+    /// The data directory, when the server's `data_directory` is not readable as seen here.
+    pub pgdata: Option<PathBuf>,
+    /// Block size for relation files.
+    pub block: u32,
+    /// Read every file, trusting nothing from the previous backup.
+    pub full: bool,
+}
+
+/// A finished backup.
+pub struct Done {
+    /// The snapshot's id.
+    pub id: Id,
+    /// The snapshot.
+    pub snapshot: Snapshot,
+    /// What it records for PostgreSQL.
+    pub record: PgBackup,
+}
+
+fn db(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
+    move |e| match e.code() {
+        Some(c) if *c == tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE => {
+            Error::Denied(format!(
+                "PostgreSQL refused to {what}: {} (the role needs superuser, or EXECUTE on \
+                 pg_backup_start and pg_backup_stop and membership in pg_read_all_settings)",
+                pg_message(&e)
+            ))
+        }
+        _ => Error::Permanent(format!("PostgreSQL failed to {what}: {}", pg_message(&e))),
+    }
+}
+
+async fn now_us(c: &Client) -> Result<i64> {
+    let r = c
+        .query_one("SELECT (extract(epoch from clock_timestamp()) * 1e6)::int8", &[])
+        .await
+        .map_err(db("read the time"))?;
+    Ok(r.get(0))
+}
+
+/// Backs up the cluster `opts.conninfo` reaches into `repo`.
+pub async fn backup(
+    repo: Arc<Repo>,
+    opts: &BackupOptions,
+    progress: Arc<dyn BackupProgress>,
+) -> Result<Done> {
+    let c = connect(&opts.conninfo).await?;
+    let r = c
+        .query_one(
+            "SELECT pg_is_in_recovery(), current_setting('server_version_num')::int, \
+             current_setting('archive_mode'), \
+             (SELECT setting::int8 FROM pg_settings WHERE name = 'wal_segment_size'), \
+             (SELECT count(*) FROM pg_tablespace WHERE spcname NOT IN ('pg_default', 'pg_global'))",
+            &[],
+        )
+        .await
+        .map_err(db("describe itself"))?;
+    let (standby, version, archive_mode, seg_size, tablespaces): (bool, i32, String, i64, i64) =
+        (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+    if standby {
+        return Err(Error::Invalid(
+            "the server is a standby: ferry pg backup backs up a primary".into(),
+        ));
+    }
+    if version < 150000 {
+        return Err(Error::Invalid(format!(
+            "PostgreSQL {version} is older than 15, which ferry pg backup needs"
+        )));
+    }
+    if archive_mode == "off" {
+        return Err(Error::Invalid(
+            "archive_mode is off: a base backup is only restorable with its WAL; set \
+             archive_mode = on and archive_command = 'ferry wal-push %p'"
+                .into(),
+        ));
+    }
+    if tablespaces > 0 {
+        return Err(Error::Invalid(
+            "the cluster has tablespaces outside its data directory, which ferry pg backup \
+             does not back up yet"
+                .into(),
+        ));
+    }
+    let label = format!("ferry {}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"));
+    let start_time = now_us(&c).await?;
+    let r = c
+        .query_one("SELECT pg_backup_start($1, true)::text", &[&label])
+        .await
+        .map_err(db("start a backup"))?;
+    let start_lsn: Lsn = r.get::<_, String>(0).parse().map_err(Error::Permanent)?;
+    let r = c
+        .query_one(
+            "SELECT pg_walfile_name($1::text::pg_lsn), \
+             (SELECT timeline_id FROM pg_control_checkpoint()), \
+             (SELECT system_identifier::text FROM pg_control_system()), \
+             current_setting('data_directory')",
+            &[&start_lsn.to_string()],
+        )
+        .await
+        .map_err(db("describe the backup's start"))?;
+    let (start_wal, timeline, system_id, server_dir): (String, i32, String, String) =
+        (r.get(0), r.get(1), r.get(2), r.get(3));
+    let data_dir = opts.pgdata.clone().unwrap_or_else(|| server_dir.into());
+    let meta = std::fs::metadata(&data_dir).map_err(|e| Error::io(data_dir.display(), e))?;
+    if !data_dir.join("PG_VERSION").exists() {
+        return Err(Error::Invalid(format!(
+            "{} is not a PostgreSQL data directory (no PG_VERSION)",
+            data_dir.display()
+        )));
+    }
+
+    let snaps = ferry_repo::checker::snapshots(&repo, &mut Vec::new()).await?;
+    let parent = record::backups(snaps)
+        .into_iter()
+        .rev()
+        .find(|(_, _, b)| b.system_id == system_id && b.data_dir == data_dir.to_string_lossy())
+        .filter(|_| !opts.full);
+    let (index, _, errs) = repo.load_index().await?;
+    if let Some(e) = errs.into_iter().next() {
+        return Err(e);
+    }
+    let index = Arc::new(index);
+    let trees = match parent {
+        Some(_) => {
+            ferry_repo::blob::Trees::preload(&repo, &index, ferry_repo::blob::PRELOAD_MAX).await?
+        }
+        None => ferry_repo::blob::Trees::default(),
+    };
+    let layout = Arc::new(PgLayout::new(&data_dir, opts.block));
+    let arch = Archiver::with_policy(repo.clone(), index, trees, progress, layout);
+    let root = arch
+        .save_root(&data_dir, parent.as_ref().map(|(_, s, _)| s))
+        .await?;
+    let unread = arch.errors();
+    if let Some(e) = unread.first() {
+        // A backup missing a file cannot be restored to anything consistent: no snapshot.
+        return Err(Error::Permanent(format!(
+            "backup abandoned, {} files could not be read, first: {e}",
+            unread.len()
+        )));
+    }
+
+    let r = c
+        .query_one(
+            "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn) FROM pg_backup_stop(true)",
+            &[],
+        )
+        .await
+        .map_err(db("stop the backup"))?;
+    let stop_lsn: Lsn = r.get::<_, String>(0).parse().map_err(Error::Permanent)?;
+    let spcmap: Option<String> = r.get(2);
+    let record = PgBackup {
+        system_id,
+        version: version as u32,
+        timeline: timeline as u32,
+        seg_size: seg_size as u64,
+        start_lsn,
+        stop_lsn,
+        start_wal,
+        stop_wal: r.get(3),
+        start_time,
+        stop_time: now_us(&c).await?,
+        label: r.get(1),
+        tablespace_map: spcmap.filter(|s| !s.is_empty()),
+        data_dir: data_dir.to_string_lossy().into_owned(),
+        owner: (meta.uid(), meta.gid()),
+        mode: meta.mode() & 0o7777,
+        block_size: opts.block,
+    };
+    let out = arch
+        .commit(
+            root,
+            vec![record.data_dir.clone()],
+            parent.map(|(id, _, _)| id),
+            vec![record::TAG.to_string()],
+            Some(record.to_extra()),
+        )
+        .await?;
+    Ok(Done {
+        id: out.id,
+        snapshot: out.snapshot,
+        record,
+    })
+}
