@@ -4,6 +4,7 @@
 //! (`CI=true`) and says loudly that it skipped otherwise, never silently.
 #![warn(missing_docs)]
 
+pub mod ceph;
 pub mod pg;
 pub mod toxiproxy;
 

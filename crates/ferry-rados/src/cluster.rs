@@ -1,0 +1,162 @@
+//! A connection to a Ceph cluster and an I/O context on one pool.
+
+use std::ffi::CString;
+use std::io;
+use std::os::raw::c_int;
+use std::path::PathBuf;
+use std::ptr;
+
+use ferry_store::{Error, Result};
+
+use crate::ffi;
+
+/// Where the cluster is and how long an operation may wait.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// `ceph.conf`; unset: librados' own search (`CEPH_CONF`, /etc/ceph/ceph.conf, ...).
+    pub conf: Option<PathBuf>,
+    /// Seconds an OSD or monitor operation may wait before it fails with ETIMEDOUT. Without
+    /// a bound librados waits forever for a stopped OSD, and a backup would hang instead of
+    /// failing.
+    pub op_timeout: u64,
+}
+
+impl Config {
+    /// The settings from `CEPH_CONF` and `FERRY_RADOS_OP_TIMEOUT` (seconds, default 60).
+    pub fn from_env() -> Self {
+        Self {
+            conf: std::env::var_os("CEPH_CONF")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            op_timeout: std::env::var("FERRY_RADOS_OP_TIMEOUT")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(60),
+        }
+    }
+}
+
+/// A librados return code as a store error, classified by errno.
+pub fn check(rc: c_int, what: impl std::fmt::Display) -> Result<c_int> {
+    if rc >= 0 {
+        return Ok(rc);
+    }
+    let msg = format!("{what}: {}", io::Error::from_raw_os_error(-rc));
+    Err(match -rc {
+        libc::ENOENT => Error::NotFound(msg),
+        libc::EEXIST => Error::AlreadyExists(msg),
+        libc::EACCES | libc::EPERM => Error::Denied(msg),
+        libc::EINVAL | libc::ENAMETOOLONG | libc::EFBIG | libc::E2BIG => Error::Invalid(msg),
+        libc::ETIMEDOUT
+        | libc::ECONNREFUSED
+        | libc::ECONNRESET
+        | libc::EAGAIN
+        | libc::EINTR
+        | libc::ENOTCONN
+        | libc::ESHUTDOWN
+        | libc::EHOSTUNREACH
+        | libc::EIO => Error::Transient(msg),
+        _ => Error::Permanent(msg),
+    })
+}
+
+/// A C string for librados; keys with NUL bytes cannot name RADOS objects.
+pub fn cstr(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::Invalid(format!("'{s}' contains a NUL byte")))
+}
+
+/// The client name from `CEPH_ARGS` (`--id X`, `--user X`, `-n/--name client.X`), as the
+/// ceph tools take it; librados fixes the name at creation, before it reads that variable.
+fn client_id() -> Option<String> {
+    let args = std::env::var("CEPH_ARGS").ok()?;
+    let mut it = args.split_whitespace();
+    while let Some(a) = it.next() {
+        let (flag, inline) = a.split_once('=').map_or((a, None), |(f, v)| (f, Some(v)));
+        let value = || inline.map(str::to_string).or_else(|| it.clone().next().map(str::to_string));
+        match flag {
+            "--id" | "--user" | "-i" => return value(),
+            "-n" | "--name" => return value().map(|n| n.trim_start_matches("client.").into()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A connected cluster handle.
+pub struct Cluster {
+    handle: ffi::rados_t,
+}
+
+// SAFETY: librados handles are thread-safe (documented for rados_t and rados_ioctx_t).
+unsafe impl Send for Cluster {}
+// SAFETY: as above.
+unsafe impl Sync for Cluster {}
+
+impl Cluster {
+    /// Reads the configuration and connects; blocks for up to the op timeout.
+    pub fn connect(cfg: &Config) -> Result<Self> {
+        let id = client_id().map(|i| cstr(&i)).transpose()?;
+        let mut handle: ffi::rados_t = ptr::null_mut();
+        // SAFETY: out-pointer to a local; the id string outlives the call.
+        let rc = unsafe { ffi::rados_create(&mut handle, id.as_ref().map_or(ptr::null(), |s| s.as_ptr())) };
+        check(rc, "creating the librados handle")?;
+        let cluster = Self { handle };
+        let conf = cfg.conf.as_ref().map(|p| cstr(&p.to_string_lossy())).transpose()?;
+        // SAFETY: valid handle; NULL asks librados to search CEPH_CONF and the default paths.
+        let rc = unsafe {
+            ffi::rados_conf_read_file(handle, conf.as_ref().map_or(ptr::null(), |s| s.as_ptr()))
+        };
+        let shown = cfg
+            .conf
+            .as_ref()
+            .map_or("CEPH_CONF or /etc/ceph/ceph.conf".into(), |p| p.display().to_string());
+        check(rc, format!("reading the Ceph configuration {shown} (set --ceph-conf or CEPH_CONF)"))
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        // SAFETY: valid handle; NULL means CEPH_ARGS.
+        check(unsafe { ffi::rados_conf_parse_env(handle, ptr::null()) }, "parsing CEPH_ARGS")?;
+        let t = cfg.op_timeout.max(1).to_string();
+        for opt in ["rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"] {
+            cluster.set(opt, &t)?;
+        }
+        // SAFETY: valid, configured handle.
+        check(unsafe { ffi::rados_connect(handle) }, format!("connecting to Ceph ({shown})"))?;
+        Ok(cluster)
+    }
+
+    fn set(&self, opt: &str, value: &str) -> Result<()> {
+        let (o, v) = (cstr(opt)?, cstr(value)?);
+        // SAFETY: valid handle and C strings.
+        check(unsafe { ffi::rados_conf_set(self.handle, o.as_ptr(), v.as_ptr()) }, opt).map(drop)
+    }
+
+    /// Creates a pool with the cluster's default settings; an existing pool is fine.
+    pub fn create_pool(&self, pool: &str) -> Result<()> {
+        let p = cstr(pool)?;
+        // SAFETY: valid handle and C string.
+        match check(unsafe { ffi::rados_pool_create(self.handle, p.as_ptr()) }, format!("creating pool {pool}")) {
+            Err(Error::AlreadyExists(_)) | Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An I/O context on `pool`.
+    pub fn pool(&self, pool: &str) -> Result<ffi::rados_ioctx_t> {
+        let p = cstr(pool)?;
+        let mut io: ffi::rados_ioctx_t = ptr::null_mut();
+        // SAFETY: valid handle, C string and out-pointer.
+        let rc = unsafe { ffi::rados_ioctx_create(self.handle, p.as_ptr(), &mut io) };
+        check(rc, format!("opening pool {pool}")).map_err(|e| match e {
+            Error::NotFound(m) => Error::NotFound(format!("{m} (create it: ferry mkdir rados://{pool})")),
+            e => e,
+        })?;
+        Ok(io)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // SAFETY: the handle was created by rados_create and every ioctx on it is gone (Pool
+        // holds an Arc of its Cluster).
+        unsafe { ffi::rados_shutdown(self.handle) }
+    }
+}
