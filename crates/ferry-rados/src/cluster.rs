@@ -110,8 +110,12 @@ impl Cluster {
             .conf
             .as_ref()
             .map_or("CEPH_CONF or /etc/ceph/ceph.conf".into(), |p| p.display().to_string());
-        check(rc, format!("reading the Ceph configuration {shown} (set --ceph-conf or CEPH_CONF)"))
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        if rc < 0 {
+            let e = io::Error::from_raw_os_error(-rc);
+            return Err(Error::Invalid(format!(
+                "reading the Ceph configuration {shown}: {e} (set --ceph-conf or CEPH_CONF)"
+            )));
+        }
         // SAFETY: valid handle; NULL means CEPH_ARGS.
         check(unsafe { ffi::rados_conf_parse_env(handle, ptr::null()) }, "parsing CEPH_ARGS")?;
         let t = cfg.op_timeout.max(1).to_string();

@@ -15,6 +15,8 @@ pub enum Scheme {
     S3,
     /// `az://container/blob`.
     Azure,
+    /// `rados://pool/name`: a striped object in a Ceph pool.
+    Rados,
 }
 
 /// A parsed source or destination.
@@ -29,7 +31,8 @@ pub struct Location {
 }
 
 impl Location {
-    /// Parses `-`, a local path, `file://PATH`, `s3://bucket/key` or `az://container/blob`.
+    /// Parses `-`, a local path, `file://PATH`, `s3://bucket/key`, `az://container/blob` or
+    /// `rados://pool/name`.
     pub fn parse(s: &str) -> Result<Self> {
         if s == "-" {
             return Ok(Self {
@@ -54,9 +57,10 @@ impl Location {
             }
             "s3" => Scheme::S3,
             "az" | "azure" => Scheme::Azure,
+            "rados" => Scheme::Rados,
             other => {
                 return Err(Error::Invalid(format!(
-                    "unknown scheme '{other}' in '{s}': use a local path, -, s3://bucket/key or az://container/blob"
+                    "unknown scheme '{other}' in '{s}': use a local path, -, s3://bucket/key, az://container/blob or rados://pool/name"
                 )))
             }
         };
@@ -75,7 +79,7 @@ impl Location {
 
     /// True for object stores (as opposed to local paths and stdio).
     pub fn is_remote(&self) -> bool {
-        matches!(self.scheme, Scheme::S3 | Scheme::Azure)
+        matches!(self.scheme, Scheme::S3 | Scheme::Azure | Scheme::Rados)
     }
 }
 
@@ -86,6 +90,7 @@ impl fmt::Display for Location {
             Scheme::Local => f.write_str(&self.key),
             Scheme::S3 => write!(f, "s3://{}/{}", self.bucket, self.key),
             Scheme::Azure => write!(f, "az://{}/{}", self.bucket, self.key),
+            Scheme::Rados => write!(f, "rados://{}/{}", self.bucket, self.key),
         }
     }
 }
@@ -109,6 +114,18 @@ mod tests {
         assert_eq!(Location::parse("-").unwrap().scheme, Scheme::Stdio);
         assert_eq!(Location::parse("./x").unwrap().scheme, Scheme::Local);
         assert_eq!(Location::parse("file:///tmp/x").unwrap().key, "/tmp/x");
+    }
+
+    #[test]
+    fn parses_rados_pool_and_name() {
+        let l = Location::parse("rados://backups/pg/base.tar").unwrap();
+        assert_eq!(
+            (l.scheme, l.bucket.as_str(), l.key.as_str()),
+            (Scheme::Rados, "backups", "pg/base.tar")
+        );
+        assert!(l.is_remote());
+        assert_eq!(l.to_string(), "rados://backups/pg/base.tar");
+        assert!(Location::parse("rados:///name").is_err());
     }
 
     #[test]

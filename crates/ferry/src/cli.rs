@@ -71,6 +71,16 @@ pub struct Global {
     /// Extra trusted CA certificates (PEM) [default: AWS_CA_BUNDLE or SSL_CERT_FILE].
     #[arg(long, global = true, env = "FERRY_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
+    /// Ceph cluster config for rados://pool/name [default: CEPH_CONF, then /etc/ceph/ceph.conf].
+    #[arg(long, global = true, env = "CEPH_CONF", value_parser = export_ceph_conf)]
+    pub ceph_conf: Option<PathBuf>,
+}
+
+/// librados and the WAL agent ferry starts read `CEPH_CONF`, so the flag becomes that variable.
+/// Parsing runs in `main` before the runtime starts any thread, so setting it is sound.
+fn export_ceph_conf(v: &str) -> Result<PathBuf, String> {
+    std::env::set_var("CEPH_CONF", v);
+    Ok(PathBuf::from(v))
 }
 
 /// The commands.

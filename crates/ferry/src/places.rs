@@ -91,6 +91,7 @@ impl Stores {
                     loc.key.clone(),
                 )
             }
+            Scheme::Rados => (self.cached(&loc, || rados(&loc.bucket))?, loc.key.clone()),
         };
         if loc.is_remote() && key.split('/').any(|p| p == "." || p == "..") {
             bail!("'{raw}': object keys may not contain . or .. segments");
@@ -116,6 +117,19 @@ impl Stores {
         self.cache.insert(id, s.clone());
         Ok(s)
     }
+}
+
+/// A Ceph pool as a store (`CEPH_CONF` or `--ceph-conf` names the cluster); it connects on
+/// first use.
+#[cfg(feature = "rados")]
+fn rados(pool: &str) -> Result<SharedStore> {
+    Ok(Arc::new(ferry_rados::RadosStore::new(pool)?))
+}
+
+/// Without the `rados` feature there is no librados to link against.
+#[cfg(not(feature = "rados"))]
+fn rados(_pool: &str) -> Result<SharedStore> {
+    bail!("this ferry was built without Ceph support (cargo feature rados)")
 }
 
 /// `prefix/rel`, without doubled or leading slashes.
