@@ -1,5 +1,7 @@
 //! The WAL archive in a store: one object per WAL file under `<root>/wal/`, the cluster it
-//! belongs to in `wal/cluster.json`, and drop-policy gaps in `wal/gaps/`.
+//! belongs to in `wal/cluster.json`, and drop-policy gaps in `wal/gaps/`. With a [`WalKey`]
+//! every file pushed is encrypted; `cluster.json` and gap records stay plaintext, as they
+//! hold no WAL content (a system identifier, a segment size, a file name and a reason).
 
 use std::sync::Arc;
 
@@ -7,8 +9,9 @@ use ferry_store::{Error, ObjectInfo, Result};
 use ferry_transfer::{Class, Engine, NoProgress, SharedStore};
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
+use tracing::warn;
 
-use crate::envelope::{self, Header, HEADER_LEN};
+use crate::envelope::{self, Cipher, Header, WalKey, HEADER_LEN};
 use crate::name::{Kind, WalName};
 use crate::page;
 
@@ -64,6 +67,7 @@ pub struct Archive {
     root: String,
     engine: Engine,
     level: i32,
+    key: Option<WalKey>,
     cluster: OnceCell<Cluster>,
 }
 
@@ -71,13 +75,31 @@ impl Archive {
     /// The archive under `root` (a key prefix, possibly empty) of `store`; WAL is compressed
     /// with zstd at `level` (0: not compressed).
     pub fn new(store: SharedStore, root: &str, engine: Engine, level: i32) -> Arc<Self> {
+        Self::with_key(store, root, engine, level, None)
+    }
+
+    /// Like [`Archive::new`]; with `key`, every file pushed is encrypted, and fetches decrypt
+    /// (plaintext objects, archived before the repository was encrypted, are still read).
+    pub fn with_key(
+        store: SharedStore,
+        root: &str,
+        engine: Engine,
+        level: i32,
+        key: Option<WalKey>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             store,
             root: root.trim_matches('/').to_string(),
             engine,
             level,
+            key,
             cluster: OnceCell::new(),
         })
+    }
+
+    /// True when pushes encrypt.
+    pub fn encrypted(&self) -> bool {
+        self.key.is_some()
     }
 
     fn key(&self, rel: &str) -> String {
@@ -211,22 +233,36 @@ impl Archive {
                 None => Ok(()),
             }
         };
-        let level = self.level;
-        let sealing = tokio::task::spawn_blocking(move || envelope::seal(&data, level));
+        let (level, key, file) = (self.level, self.key.clone(), name.to_string());
+        let sealing = tokio::task::spawn_blocking(move || {
+            envelope::seal(&data, level, &file, key.as_ref()).map(|(h, obj)| (h, obj, data))
+        });
         // The ownership check, the existence check and compression overlap: a sync push
         // (a new process per segment) pays their round trips once, not in turn.
         let (claimed, existing, sealed) = tokio::join!(claim, self.peek(name), sealing);
         claimed?;
-        let (header, obj) = sealed.map_err(|e| Error::Permanent(format!("compress: {e}")))??;
+        let (header, obj, data) =
+            sealed.map_err(|e| Error::Permanent(format!("compress: {e}")))??;
         match existing {
             Ok(h) if h.same_content(&header) => return Ok(Pushed::AlreadyArchived(header)),
-            Ok(_) => {
-                return Err(Error::AlreadyExists(format!(
-                    "{name} is already in archive {} with different content; refusing to \
-                     overwrite it (is another cluster archiving to the same --repo?)",
-                    self.url()
-                )))
+            // Archived the other way: in plaintext before the repository was encrypted (it
+            // stays so: a retry is no reason to rewrite it), or encrypted, and this push has
+            // no key to compare with.
+            Ok(h) if h.cipher != header.cipher => {
+                match h.describes(&data, name.as_str(), self.key.as_ref()) {
+                    Some(true) => return Ok(Pushed::AlreadyArchived(header)),
+                    Some(false) => return Err(self.differs(name)),
+                    None => {
+                        return Err(Error::Invalid(format!(
+                            "{name} is already in archive {} encrypted, but this push has no \
+                             repository key (no ferry-repo marker at --repo?); refusing to \
+                             store WAL in plaintext beside it",
+                            self.url()
+                        )))
+                    }
+                }
             }
+            Ok(_) => return Err(self.differs(name)),
             Err(Error::NotFound(_)) => {}
             // A corrupt archived copy is replaced by a good one.
             Err(Error::Checksum(_)) => {}
@@ -246,15 +282,34 @@ impl Archive {
         Ok(Pushed::Stored { header, bytes })
     }
 
-    /// The original bytes of `name`, checked against their checksum; `NotFound` when the
-    /// archive does not hold it.
+    fn differs(&self, name: &WalName) -> Error {
+        let why = if self.key.is_some() {
+            " (or was encrypted under another repository's key)"
+        } else {
+            ""
+        };
+        Error::AlreadyExists(format!(
+            "{name} is already in archive {} with different content{why}; refusing to \
+             overwrite it (is another cluster archiving to the same --repo?)",
+            self.url()
+        ))
+    }
+
+    /// The original bytes of `name`, checked against their checksum (and decrypted);
+    /// `NotFound` when the archive does not hold it.
     pub async fn fetch(&self, name: &WalName) -> Result<Vec<u8>> {
         let key = self.key(&name.key());
         let obj = self.read_all(&key).await?;
         let what = format!("{}/wal/{}", self.url(), name.key());
-        let (_, data) = tokio::task::spawn_blocking(move || envelope::open(&obj, &what))
-            .await
-            .map_err(|e| Error::Permanent(format!("decompress: {e}")))??;
+        let (wal_key, file) = (self.key.clone(), name.to_string());
+        let (header, data) = tokio::task::spawn_blocking(move || {
+            envelope::open(&obj, &what, &file, wal_key.as_ref())
+        })
+        .await
+        .map_err(|e| Error::Permanent(format!("decompress: {e}")))??;
+        if self.key.is_some() && header.cipher == Cipher::None {
+            warn!("{name} is stored unencrypted (archived before the repository was encrypted)");
+        }
         Ok(data)
     }
 

@@ -99,8 +99,10 @@ async fn run(cli: Cli) -> Result<()> {
         Command::WalFetch(args) => {
             cmd::wal::fetch_cmd(args, &cli.global, &mut stores, &engine, &out).await
         }
-        Command::WalStatus(args) => cmd::wal::status_cmd(args, &mut stores, &engine, &out).await,
-        Command::WalAgent(args) => cmd::wal::agent_cmd(args, &mut stores, &engine).await,
+        Command::WalStatus(args) => {
+            cmd::wal::status_cmd(args, g, &mut stores, &engine, &out).await
+        }
+        Command::WalAgent(args) => cmd::wal::agent_cmd(args, g, &mut stores, &engine).await,
     }
 }
 

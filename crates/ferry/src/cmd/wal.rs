@@ -1,4 +1,9 @@
 //! `ferry wal-push`, `wal-fetch`, `wal-status` and the hidden `wal-agent`.
+//!
+//! When `--repo` is an initialized ferry repository (its `ferry-repo` marker exists), the WAL
+//! archive under it is encrypted with a key derived from the repository's master key: the
+//! password is needed to push, and to fetch an encrypted file. Without the marker the archive
+//! is plaintext, as before `ferry init`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -6,27 +11,97 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use ferry_repo::Repo;
 use ferry_store::Error;
-use ferry_transfer::Engine;
+use ferry_transfer::{Class, Engine};
 use ferry_wal::agent::PushAgent;
+use ferry_wal::envelope::Cipher;
 use ferry_wal::fetch::{self, FetchAgent};
 use ferry_wal::push::{self, Handed, PushOptions};
-use ferry_wal::{status, Archive, Pushed, Spool, WalName};
+use ferry_wal::{status, Archive, Pushed, Spool, WalKey, WalName};
 
 use crate::cli::{Global, WalAgentArgs, WalArgs, WalFetchArgs, WalPushArgs, WalStatusArgs};
-use crate::places::Stores;
+use crate::password::password;
+use crate::places::{Place, Stores};
 use crate::settings::Wal;
 use crate::Output;
 
 /// An agent with nothing to do lingers this long, so that the next segments find it warm.
 const AGENT_IDLE: Duration = Duration::from_secs(30);
 
-fn open_archive(stores: &mut Stores, engine: &Engine, level: i32) -> Result<Arc<Archive>> {
+/// The context under which the WAL archive's secret is derived from the repository's master
+/// key (`MasterKey::subkey`); docs/wal.md names it. Changing it orphans every encrypted segment.
+const WAL_KEY_CONTEXT: &str = "ferry wal v1";
+/// The object that makes a prefix a ferry repository (ferry-repo's format marker).
+const REPO_MARKER: &str = "ferry-repo";
+
+fn repo_place(stores: &mut Stores) -> Result<Place> {
     let Some(repo) = stores.settings().repo.clone() else {
         bail!("no repository: set --repo, FERRY_REPO or repo in ferry.toml");
     };
-    let place = stores.open(&repo)?;
-    Ok(Archive::new(place.store, &place.key, engine.clone(), level))
+    stores.open(&repo)
+}
+
+/// The repository, opened: the WAL key, and the password that opened it.
+struct Unlocked {
+    key: WalKey,
+    password: Vec<u8>,
+}
+
+/// Opens the repository at `place` when there is one (its marker exists) and derives the WAL
+/// key; `None` when `--repo` is no repository (the archive is then plaintext). Costs the
+/// password's Argon2 (about 0.2 s of CPU), so each process does it at most once.
+async fn unlock(g: &Global, place: &Place, engine: &Engine) -> Result<Option<Unlocked>> {
+    let root = place.key.trim_matches('/');
+    let marker = if root.is_empty() {
+        REPO_MARKER.to_string()
+    } else {
+        format!("{root}/{REPO_MARKER}")
+    };
+    let head = engine
+        .request(Class::Urgent, &format!("read {marker}"), || {
+            place.store.head(&marker)
+        })
+        .await;
+    match head {
+        Ok(_) => {}
+        Err(Error::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let pw = password(g, false).context("the WAL archive is in an encrypted ferry repository")?;
+    let repo = Repo::open(place.store.clone(), &place.key, engine.clone(), &pw).await?;
+    let key = WalKey::from_secret(&repo.key().subkey(WAL_KEY_CONTEXT));
+    Ok(Some(Unlocked { key, password: pw }))
+}
+
+/// The archive at `--repo`; with `keyed`, encrypted when `--repo` is a repository.
+async fn open_archive(
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    level: i32,
+    keyed: bool,
+) -> Result<Arc<Archive>> {
+    let place = repo_place(stores)?;
+    let key = match keyed {
+        true => unlock(g, &place, engine).await?.map(|u| u.key),
+        false => None,
+    };
+    Ok(Archive::with_key(
+        place.store,
+        &place.key,
+        engine.clone(),
+        level,
+        key,
+    ))
+}
+
+/// True when none of the non-interactive password sources is set: the password came from a
+/// prompt, and an agent (without a terminal) must be handed it.
+fn password_was_prompted(g: &Global) -> bool {
+    std::env::var_os("FERRY_PASSWORD").is_none()
+        && g.password_file.is_none()
+        && g.password_command.is_none()
 }
 
 /// PostgreSQL runs archive and restore commands in the data directory.
@@ -52,6 +127,17 @@ fn agent_env(g: &Global, w: &WalArgs) -> Vec<(&'static str, String)> {
         }),
     );
     put("FERRY_REPO", g.repo.clone());
+    // The password's source, not the password: FERRY_PASSWORD is inherited as it is.
+    put(
+        "FERRY_PASSWORD_FILE",
+        g.password_file.as_ref().map(|p| {
+            std::path::absolute(p)
+                .unwrap_or(p.clone())
+                .display()
+                .to_string()
+        }),
+    );
+    put("FERRY_PASSWORD_COMMAND", g.password_command.clone());
     put("FERRY_CONCURRENCY", g.concurrency.map(|c| c.to_string()));
     put("FERRY_BLOCK_SIZE", g.block_size.clone());
     put("FERRY_MAX_MEMORY", g.max_memory.clone());
@@ -81,7 +167,16 @@ fn agent_env(g: &Global, w: &WalArgs) -> Vec<(&'static str, String)> {
 }
 
 /// Starts `ferry wal-agent ROLE` detached: its own session, output to the spool's log.
-fn start_agent(g: &Global, w: &WalArgs, role: &str, pg_wal: &Path, spool: &Spool) -> Result<()> {
+/// `password`, when given, reaches it as `FERRY_PASSWORD` in its environment (never on its
+/// command line, which every user can read).
+fn start_agent(
+    g: &Global,
+    w: &WalArgs,
+    role: &str,
+    pg_wal: &Path,
+    spool: &Spool,
+    password: Option<&[u8]>,
+) -> Result<()> {
     let exe = std::env::current_exe().context("locating the ferry binary")?;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -98,6 +193,10 @@ fn start_agent(g: &Global, w: &WalArgs, role: &str, pg_wal: &Path, spool: &Spool
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);
+    if let Some(pw) = password {
+        use std::os::unix::ffi::OsStrExt;
+        cmd.env("FERRY_PASSWORD", std::ffi::OsStr::from_bytes(pw));
+    }
     // Its own session: PostgreSQL's signals to the archiver's process group leave it alone.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     cmd.spawn().context("starting the WAL agent")?;
@@ -125,11 +224,26 @@ pub async fn push_cmd(
         let parent = path.parent().unwrap_or(Path::new("."));
         let pg_wal = std::path::absolute(parent).context("pg_wal directory")?;
         let (g2, w2) = (g.clone(), args.wal.clone());
+        let (place, engine2) = (repo_place(stores)?, engine.clone());
+        let rt = tokio::runtime::Handle::current();
         let p = path.clone();
         let handed = tokio::task::spawn_blocking(move || {
+            // Before starting an agent, this process opens the repository itself (once): a
+            // wrong or missing password fails this push with its own message, instead of an
+            // agent dying in its log and the push timing out.
+            let mut checked: Option<Option<Vec<u8>>> = None;
             push::push_via_agent(&spool, &p, &opts, &mut || {
-                start_agent(&g2, &w2, "push", &pg_wal, &spool)
-                    .map_err(|e| Error::Permanent(format!("{e:#}")))
+                let fail = |e: anyhow::Error| Error::Permanent(format!("{e:#}"));
+                if checked.is_none() {
+                    let unlocked = rt.block_on(unlock(&g2, &place, &engine2)).map_err(fail)?;
+                    checked = Some(
+                        unlocked
+                            .filter(|_| password_was_prompted(&g2))
+                            .map(|u| u.password),
+                    );
+                }
+                let pw = checked.as_ref().and_then(|c| c.as_deref());
+                start_agent(&g2, &w2, "push", &pg_wal, &spool, pw).map_err(fail)
             })
         })
         .await??;
@@ -146,7 +260,8 @@ pub async fn push_cmd(
             Handed::NotQueued => {}
         }
     }
-    let archive = open_archive(stores, engine, wal.compress_level)?;
+    // A sync push is a process per file: it pays the password's Argon2 every time.
+    let archive = open_archive(g, stores, engine, wal.compress_level, true).await?;
     let pushed = push::push_file(&archive, &path).await?;
     let what = match pushed {
         Pushed::Stored { .. } => "archived",
@@ -183,14 +298,24 @@ pub async fn fetch_cmd(
         if name.kind() == ferry_wal::Kind::Segment {
             fetch::want(&spool, &name)?;
             if !spool.locked("fetch")? {
-                start_agent(g, &args.wal, "fetch", &dir.join("pg_wal"), &spool)?;
+                start_agent(g, &args.wal, "fetch", &dir.join("pg_wal"), &spool, None)?;
             }
         }
         if taken {
             return report(out, &args.dest, "prefetched");
         }
     }
-    let archive = open_archive(stores, engine, wal.compress_level)?;
+    // The header first: a file the archive lacks (PostgreSQL probes for them) or a plaintext
+    // one needs no password, and so no Argon2.
+    let plain = open_archive(g, stores, engine, wal.compress_level, false).await?;
+    let archive = match plain.peek(&name).await {
+        Err(Error::NotFound(_)) => bail!("{name} is not in archive {}", plain.url()),
+        Ok(h) if h.cipher == Cipher::XChaCha20Poly1305 => {
+            open_archive(g, stores, engine, wal.compress_level, true).await?
+        }
+        // Plaintext, or a damaged header the fetch below reports.
+        _ => plain,
+    };
     match fetch::fetch_to(&archive, &name, &args.dest).await {
         Ok(()) => report(out, &args.dest, "fetched"),
         Err(Error::NotFound(_)) => bail!("{name} is not in archive {}", archive.url()),
@@ -200,6 +325,7 @@ pub async fn fetch_cmd(
 
 pub async fn status_cmd(
     args: &WalStatusArgs,
+    g: &Global,
     stores: &mut Stores,
     engine: &Engine,
     out: &Output,
@@ -209,7 +335,8 @@ pub async fn status_cmd(
         None => pgdata()?,
     };
     let wal: Wal = stores.settings().wal(&args.wal, &dir)?;
-    let archive = open_archive(stores, engine, wal.compress_level)?;
+    // Listing, cluster.json and gaps are plaintext: no password needed.
+    let archive = open_archive(g, stores, engine, wal.compress_level, false).await?;
     let pg_wal = dir.join("pg_wal");
     let spool = match &args.pgdata {
         Some(_) => Some(Spool::open(&wal.spool)?),
@@ -272,12 +399,18 @@ pub async fn status_cmd(
     Ok(())
 }
 
-pub async fn agent_cmd(args: &WalAgentArgs, stores: &mut Stores, engine: &Engine) -> Result<()> {
+pub async fn agent_cmd(
+    args: &WalAgentArgs,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+) -> Result<()> {
     let here = pgdata()?;
     let pg_wal = args.pg_wal.clone().unwrap_or_else(|| here.join("pg_wal"));
     let wal = stores.settings().wal(&args.wal, &here)?;
     let spool = Spool::open(&wal.spool)?;
-    let archive = open_archive(stores, engine, wal.compress_level)?;
+    // Once per agent: the repository's key serves every file it pushes or prefetches.
+    let archive = open_archive(g, stores, engine, wal.compress_level, true).await?;
     match args.role.as_str() {
         "push" => {
             PushAgent {

@@ -63,9 +63,22 @@ pub fn ferry_script(pg: &PgCluster, name: &str, env: &[(String, String)]) -> Pat
     path
 }
 
+/// The password of the repositories [`Rig::encrypted`] creates.
+pub const PASSWORD: &str = "correct horse battery staple";
+
 impl Rig {
     /// A started cluster archiving to `repo`, through the agent when `async_`.
     pub fn new(repo: &Repo, async_: bool, extra: &[(&str, &str)]) -> Option<Rig> {
+        Self::build(repo, async_, extra, false)
+    }
+
+    /// Like [`Rig::new`], into a repository `ferry init` created (password [`PASSWORD`],
+    /// in the cluster's ferry settings) before PostgreSQL started: all its WAL is encrypted.
+    pub fn encrypted(repo: &Repo, async_: bool, extra: &[(&str, &str)]) -> Option<Rig> {
+        Self::build(repo, async_, extra, true)
+    }
+
+    fn build(repo: &Repo, async_: bool, extra: &[(&str, &str)], init: bool) -> Option<Rig> {
         let pg = PgCluster::new()?;
         let spool = pg.make_dir("spool");
         let mut env: Vec<(String, String)> = vec![
@@ -85,8 +98,20 @@ impl Rig {
             }
         };
         env.push(("FERRY_REPO".into(), repo_url.clone()));
+        if init {
+            env.push(("FERRY_PASSWORD".into(), PASSWORD.into()));
+        }
         for (k, v) in extra {
             env.push((k.to_string(), v.to_string()));
+        }
+        if init {
+            let out = pg
+                .command_as_pg(env!("CARGO_BIN_EXE_ferry"))
+                .arg("init")
+                .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .output()
+                .expect("run ferry init");
+            assert!(out.status.success(), "ferry init: {}", stderr(&out));
         }
         let script = ferry_script(&pg, "ferry.sh", &env);
         pg.append_conf(&[
