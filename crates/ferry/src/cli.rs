@@ -117,6 +117,8 @@ pub enum Command {
     /// The background agent wal-push and wal-fetch start (not for direct use).
     #[command(hide = true)]
     WalAgent(WalAgentArgs),
+    /// PostgreSQL base backups and point-in-time restores (with the WAL archive).
+    Pg(PgArgs),
 }
 
 /// WAL archiving settings, shared by the wal-* commands.
@@ -296,4 +298,91 @@ pub enum KeyCmd {
 pub struct MkdirArgs {
     /// What to create.
     pub url: String,
+}
+
+/// `ferry pg ...`.
+#[derive(Debug, Args)]
+pub struct PgArgs {
+    #[command(subcommand)]
+    pub cmd: PgCommand,
+}
+
+/// The PostgreSQL commands.
+#[derive(Debug, Subcommand)]
+pub enum PgCommand {
+    /// Back up a running cluster (connection: PGHOST, PGPORT, PGUSER, PGDATABASE or --conninfo).
+    Backup(PgBackupArgs),
+    /// Restore a backup into an empty directory, set up to recover to a target.
+    Restore(PgRestoreArgs),
+    /// List the backups with their times, sizes and WAL ranges.
+    Backups,
+    /// Remove old backups and the WAL no kept backup needs.
+    Expire(PgExpireArgs),
+    /// Check that every backup has all its WAL and that its data is sound.
+    Verify(PgVerifyArgs),
+}
+
+/// `ferry pg backup`.
+#[derive(Debug, Args)]
+pub struct PgBackupArgs {
+    /// libpq connection string or URL [default: from PG* variables].
+    #[arg(long, env = "FERRY_PG_CONNINFO", default_value = "")]
+    pub conninfo: String,
+    /// Data directory, when the server's data_directory is not the path seen here.
+    #[arg(long, short = 'D', env = "PGDATA")]
+    pub pgdata: Option<PathBuf>,
+    /// Read every file, even those proven unchanged since the previous backup.
+    #[arg(long)]
+    pub full: bool,
+    /// Block size relation files are cut into (a multiple of 8KiB).
+    #[arg(long, default_value = "64KiB")]
+    pub block: String,
+}
+
+/// `ferry pg restore`.
+#[derive(Debug, Args)]
+pub struct PgRestoreArgs {
+    /// The new data directory (absent or empty).
+    #[arg(long)]
+    pub to: PathBuf,
+    /// Recover up to this time (with zone, e.g. '2026-11-22 14:05:00+00').
+    #[arg(long, group = "target")]
+    pub target_time: Option<String>,
+    /// Recover up to this WAL position.
+    #[arg(long, group = "target")]
+    pub target_lsn: Option<String>,
+    /// Recover up to this transaction.
+    #[arg(long, group = "target")]
+    pub target_xid: Option<String>,
+    /// Recover up to this restore point (pg_create_restore_point).
+    #[arg(long, group = "target")]
+    pub target_name: Option<String>,
+    /// Backup to start from [default: the newest that ends before the target].
+    #[arg(long)]
+    pub backup: Option<String>,
+    /// What the server does at the target: promote, pause or shutdown.
+    #[arg(long, default_value = "promote")]
+    pub target_action: String,
+}
+
+/// `ferry pg expire`.
+#[derive(Debug, Args)]
+pub struct PgExpireArgs {
+    /// Keep the newest N backups.
+    #[arg(long)]
+    pub keep: Option<usize>,
+    /// Keep backups younger than D days.
+    #[arg(long)]
+    pub keep_days: Option<u32>,
+    /// Say what would go; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `ferry pg verify`.
+#[derive(Debug, Args)]
+pub struct PgVerifyArgs {
+    /// Also read and authenticate every pack.
+    #[arg(long)]
+    pub read_data: bool,
 }

@@ -103,6 +103,7 @@ async fn run(cli: Cli) -> Result<()> {
             cmd::wal::status_cmd(args, g, &mut stores, &engine, &out).await
         }
         Command::WalAgent(args) => cmd::wal::agent_cmd(args, g, &mut stores, &engine).await,
+        Command::Pg(a) => cmd::pg::run(&a.cmd, g, &mut stores, &engine, &out).await,
     }
 }
 

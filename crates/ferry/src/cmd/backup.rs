@@ -27,9 +27,19 @@ impl std::fmt::Display for Incomplete {
 }
 impl std::error::Error for Incomplete {}
 
-struct BarProgress {
-    bar: Bar,
+/// The progress bar backups and restores draw.
+pub(crate) struct BarProgress {
+    pub(crate) bar: Bar,
     files: AtomicU64,
+}
+
+impl BarProgress {
+    pub(crate) fn new(out: &Output) -> Arc<Self> {
+        Arc::new(BarProgress {
+            bar: Bar::new(out.progress),
+            files: AtomicU64::new(0),
+        })
+    }
 }
 
 impl BackupProgress for BarProgress {
@@ -88,10 +98,7 @@ async fn run_backup(
     if let Some(e) = errs.first() {
         bail!("{e} (run ferry check)");
     }
-    let progress = Arc::new(BarProgress {
-        bar: Bar::new(out.progress),
-        files: AtomicU64::new(0),
-    });
+    let progress = BarProgress::new(out);
     let index = Arc::new(index);
     let host = ferry_repo::snapshot::hostname();
     let parent = if args.stdin {
@@ -198,10 +205,7 @@ pub async fn restore(
     if let Some(e) = errs.first() {
         bail!("{e} (run ferry check)");
     }
-    let progress = Arc::new(BarProgress {
-        bar: Bar::new(out.progress),
-        files: AtomicU64::new(0),
-    });
+    let progress = BarProgress::new(out);
     progress.bar.add_total(snap.summary.total_bytes);
     let done = ferry_repo::restorer::restore(
         repo.clone(),

@@ -4,5 +4,6 @@ pub mod backup;
 pub mod cp;
 pub mod ls;
 pub mod maint;
+pub mod pg;
 pub mod repo;
 pub mod wal;

@@ -1,0 +1,334 @@
+//! `ferry pg backup | restore | backups | expire | verify`.
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use ferry_pg::backup::BackupOptions;
+use ferry_pg::expire::Keep;
+use ferry_pg::restore::{show_time, RestoreOptions};
+use ferry_pg::Target;
+use ferry_repo::lock::Lock;
+use ferry_transfer::Engine;
+
+use crate::cli::{Global, PgBackupArgs, PgCommand, PgExpireArgs, PgRestoreArgs};
+use crate::cmd::backup::BarProgress;
+use crate::cmd::repo::open;
+use crate::places::Stores;
+use crate::settings::parse_size;
+use crate::Output;
+
+/// Runs one `ferry pg` command.
+pub async fn run(
+    cmd: &PgCommand,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    match cmd {
+        PgCommand::Backup(a) => backup(a, g, stores, engine, out).await,
+        PgCommand::Restore(a) => restore(a, g, stores, engine, out).await,
+        PgCommand::Backups => list(g, stores, engine, out).await,
+        PgCommand::Expire(a) => expire(a, g, stores, engine, out).await,
+        PgCommand::Verify(a) => verify(a.read_data, g, stores, engine, out).await,
+    }
+}
+
+fn mb(b: u64) -> String {
+    format!("{:.1} MB", b as f64 / 1e6)
+}
+
+async fn backup(
+    a: &PgBackupArgs,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let started = Instant::now();
+    let block = parse_size(&a.block)?;
+    if block == 0 || block % 8192 != 0 || block > 16 << 20 {
+        bail!("--block {}: must be a multiple of 8KiB up to 16MiB", a.block);
+    }
+    let repo = open(g, stores, engine).await?;
+    let lock = Lock::acquire(repo.clone(), false).await?;
+    let progress = BarProgress::new(out);
+    let opts = BackupOptions {
+        conninfo: a.conninfo.clone(),
+        pgdata: a.pgdata.clone(),
+        block: block as u32,
+        full: a.full,
+    };
+    let res = ferry_pg::backup::backup(repo.clone(), &opts, progress.clone()).await;
+    progress.bar.finish();
+    lock.release().await?;
+    let done = res?;
+    let s = &done.snapshot.summary;
+    let b = &done.record;
+    let secs = started.elapsed().as_secs_f64();
+    if out.json {
+        println!(
+            "{}",
+            serde_json::json!({"backup": done.id, "record": b, "summary": s, "seconds": secs,
+                "stored_fraction": if s.total_bytes == 0 { 0.0 } else { s.bytes_stored as f64 / s.total_bytes as f64 }})
+        );
+    } else {
+        eprintln!(
+            "backup {} of {} saved: {} ({} files, {} unchanged); read {}, stored {} ({:.1}% of its size); \
+             WAL {} to {}, consistent at LSN {}; in {secs:.1}s",
+            done.id.short(),
+            b.data_dir,
+            mb(s.total_bytes),
+            s.files_read + s.files_unchanged,
+            s.files_unchanged,
+            mb(s.bytes_read),
+            mb(s.bytes_stored),
+            100.0 * s.bytes_stored as f64 / s.total_bytes.max(1) as f64,
+            b.start_wal,
+            b.stop_wal,
+            b.stop_lsn,
+        );
+    }
+    Ok(())
+}
+
+fn target(a: &PgRestoreArgs) -> Result<Target> {
+    Ok(if let Some(t) = &a.target_time {
+        Target::Time(ferry_pg::target::parse_time(t)?, t.clone())
+    } else if let Some(l) = &a.target_lsn {
+        Target::Lsn(l.parse().map_err(anyhow::Error::msg)?)
+    } else if let Some(x) = &a.target_xid {
+        if x.parse::<u64>().is_err() {
+            bail!("--target-xid {x}: not a transaction id");
+        }
+        Target::Xid(x.clone())
+    } else if let Some(n) = &a.target_name {
+        Target::Name(n.clone())
+    } else {
+        Target::Latest
+    })
+}
+
+/// A word for a shell command line, in double quotes.
+fn sh(word: &str) -> Result<String> {
+    if word.contains(['"', '$', '`', '\\', '\n', '\'']) {
+        bail!("'{word}' cannot go into restore_command: it holds quotes, $, ` or \\");
+    }
+    Ok(format!("\"{word}\""))
+}
+
+/// `ferry wal-fetch` with the repository and credentials this restore used, for
+/// PostgreSQL to run.
+fn restore_command(g: &Global, stores: &Stores) -> Result<String> {
+    let exe = std::env::current_exe().context("where is ferry")?;
+    let repo = stores.settings().repo.clone().context("no repository")?;
+    let repo = if repo.contains("://") {
+        repo
+    } else {
+        std::path::absolute(&repo)?.display().to_string()
+    };
+    let mut cmd = vec![sh(&exe.display().to_string())?, "--repo".into(), sh(&repo)?];
+    if let Some(f) = &g.password_file {
+        cmd.extend(["--password-file".into(), sh(&std::path::absolute(f)?.display().to_string())?]);
+    } else if let Some(c) = &g.password_command {
+        cmd.extend(["--password-command".into(), sh(c)?]);
+    }
+    if let Some(e) = &g.s3_endpoint {
+        cmd.extend(["--s3-endpoint".into(), sh(e)?]);
+    }
+    if let Some(c) = &g.ca_cert {
+        cmd.extend(["--ca-cert".into(), sh(&std::path::absolute(c)?.display().to_string())?]);
+    }
+    if let Some(c) = &g.config {
+        cmd.extend(["--config".into(), sh(&std::path::absolute(c)?.display().to_string())?]);
+    }
+    cmd.extend(["wal-fetch".into(), "%f".into(), "%p".into()]);
+    Ok(cmd.join(" "))
+}
+
+async fn restore(
+    a: &PgRestoreArgs,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let started = Instant::now();
+    let target = target(a)?;
+    let restore_command = restore_command(g, stores)?;
+    let repo = open(g, stores, engine).await?;
+    let lock = Lock::acquire(repo.clone(), false).await?;
+    let progress = BarProgress::new(out);
+    let opts = RestoreOptions {
+        to: std::path::absolute(&a.to)?,
+        target: target.clone(),
+        backup: a.backup.clone(),
+        action: a.target_action.clone(),
+        restore_command: restore_command.clone(),
+    };
+    let res = ferry_pg::restore::restore(repo.clone(), &opts, progress.clone()).await;
+    progress.bar.finish();
+    lock.release().await?;
+    let r = res?;
+    let secs = started.elapsed().as_secs_f64();
+    if out.json {
+        println!(
+            "{}",
+            serde_json::json!({"backup": r.id, "to": opts.to, "files": r.files, "bytes": r.bytes,
+                "target": target.describe(), "restore_command": restore_command,
+                "warnings": r.warnings, "seconds": secs})
+        );
+    } else {
+        eprintln!(
+            "restored backup {} (consistent at LSN {}, {}) into {}: {} files, {} in {secs:.1}s",
+            r.id.short(),
+            r.backup.stop_lsn,
+            show_time(r.backup.stop_time),
+            opts.to.display(),
+            r.files,
+            mb(r.bytes),
+        );
+        eprintln!(
+            "start PostgreSQL on it to recover to {} ({} at the target); WAL comes from: {restore_command}",
+            target.describe(),
+            if target == Target::Latest { "promote" } else { &a.target_action },
+        );
+    }
+    for w in &r.warnings {
+        eprintln!("ferry: warning: WAL segment {w} is missing from the archive: replay stops there");
+    }
+    if g.password_file.is_none() && g.password_command.is_none() {
+        eprintln!("ferry: note: restore_command reads the password from FERRY_PASSWORD: start the server with it set");
+    }
+    Ok(())
+}
+
+async fn list(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {
+    let repo = open(g, stores, engine).await?;
+    let snaps = ferry_repo::checker::snapshots(&repo, &mut Vec::new()).await?;
+    let all = ferry_pg::record::backups(snaps);
+    if out.json {
+        let rows: Vec<_> = all
+            .iter()
+            .map(|(id, s, b)| serde_json::json!({"id": id, "time": show_time(b.stop_time),
+                "size": s.summary.total_bytes, "stored": s.summary.bytes_stored, "record": b}))
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+        return Ok(());
+    }
+    println!(
+        "{:<10} {:<28} {:>12} {:>12}  WAL",
+        "id", "ended (UTC)", "size", "stored"
+    );
+    for (id, s, b) in &all {
+        println!(
+            "{:<10} {:<28} {:>12} {:>12}  {} - {}",
+            id.short(),
+            show_time(b.stop_time),
+            mb(s.summary.total_bytes),
+            mb(s.summary.bytes_stored),
+            b.start_wal,
+            b.stop_wal
+        );
+    }
+    Ok(())
+}
+
+async fn expire(
+    a: &PgExpireArgs,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let repo = open(g, stores, engine).await?;
+    let keep = Keep {
+        last: a.keep,
+        days: a.keep_days,
+    };
+    let lock = Lock::acquire(repo.clone(), false).await?;
+    let res = ferry_pg::expire::expire(repo.clone(), &keep, a.dry_run).await;
+    lock.release().await?;
+    let e = res?;
+    let pruned = if a.dry_run || e.backups.is_empty() {
+        None
+    } else {
+        Some(ferry_repo::prune::prune(repo.clone()).await?)
+    };
+    if out.json {
+        println!(
+            "{}",
+            serde_json::json!({"expired": e.backups.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+                "kept": e.kept, "wal_files_removed": e.wal_files, "wal_from": e.wal_from,
+                "bytes_freed": pruned.as_ref().map(|p| p.bytes_freed), "dry_run": a.dry_run})
+        );
+    } else {
+        let verb = if a.dry_run { "would remove" } else { "removed" };
+        eprintln!(
+            "{verb} {} backups and {} WAL files (WAL kept from {}); {} backups kept{}",
+            e.backups.len(),
+            e.wal_files,
+            e.wal_from.as_deref().unwrap_or("-"),
+            e.kept,
+            pruned
+                .map(|p| format!(", {} freed", mb(p.bytes_freed)))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+async fn verify(
+    read_data: bool,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
+    let repo = open(g, stores, engine).await?;
+    let lock = Lock::acquire(repo.clone(), false).await?;
+    let res = ferry_pg::verify::verify(repo.clone(), read_data).await;
+    lock.release().await?;
+    let v = res?;
+    let bad = v.backups.iter().filter(|f| !f.ok()).count();
+    if out.json {
+        let rows: Vec<_> = v
+            .backups
+            .iter()
+            .map(|f| serde_json::json!({"id": f.id, "ok": f.ok(), "missing": f.missing, "holes": f.holes}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"backups": rows, "errors": v.errors})
+        );
+    } else {
+        for f in &v.backups {
+            let state = if f.ok() { "ok" } else { "BROKEN" };
+            eprintln!(
+                "backup {} ({}): {state}",
+                f.id.short(),
+                show_time(f.backup.stop_time)
+            );
+            for m in &f.missing {
+                eprintln!("  missing WAL {m}: the backup cannot become consistent");
+            }
+            for h in &f.holes {
+                eprintln!("  missing WAL {h}: recovery from this backup stops before it");
+            }
+        }
+        for e in &v.errors {
+            eprintln!("error: {e}");
+        }
+    }
+    if bad > 0 || !v.errors.is_empty() {
+        bail!(
+            "{bad} of {} backups cannot reach every archived point; {} repository errors",
+            v.backups.len(),
+            v.errors.len()
+        );
+    }
+    if !out.json {
+        eprintln!("{} backups verified: all WAL present, data sound", v.backups.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,342 @@
+//! `ferry pg backup / restore / backups / expire / verify` against a real PostgreSQL 15 that
+//! archives its WAL with ferry into the same encrypted repository.
+
+mod walkit;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use ferry_testkit::pg::PgCluster;
+use serde_json::Value;
+use walkit::{ferry_script, stderr, tail, Repo, Rig, PASSWORD, T};
+
+fn ok_json(o: &Output, what: &str) -> Value {
+    assert!(o.status.success(), "{what}: {}", stderr(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{what}: {e}: {}", stderr(o)))
+}
+
+/// The rig's cluster with a table `k` whose rows carry a marker no stored byte may show.
+fn rig() -> Option<Rig> {
+    let rig = Rig::encrypted(&Repo::Local, true, &[])?;
+    rig.pg.sql(
+        "create table k (id int primary key, note text, at timestamptz default clock_timestamp())",
+    );
+    Some(rig)
+}
+
+const MARKER: &str = "ferry-plaintext-marker";
+
+fn insert(rig: &Rig, id: i32) {
+    rig.pg.sql(&format!(
+        "insert into k (id, note) values ({id}, '{MARKER}-{id}-' || md5({id}::text))"
+    ));
+}
+
+fn backup(rig: &Rig, extra: &[&str]) -> Value {
+    let conn = rig.pg.conninfo();
+    let mut args = vec!["--json", "pg", "backup", "--conninfo", conn.as_str()];
+    args.extend_from_slice(extra);
+    ok_json(&rig.ferry(&args, &[]), "pg backup")
+}
+
+/// A password file the restored servers' restore_command reads.
+fn password_file(rig: &Rig) -> PathBuf {
+    let p = rig.pg.dir().join("password");
+    std::fs::write(&p, PASSWORD).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    rig.pg.chown_to_pg(&p);
+    p
+}
+
+/// `ferry pg restore --to DIR ARGS...` into a new empty directory.
+fn restore(rig: &Rig, name: &str, args: &[&str]) -> (Output, PathBuf) {
+    let to = rig.pg.make_dir(name);
+    let pw = password_file(rig);
+    let to_s = to.display().to_string();
+    let pw_s = pw.display().to_string();
+    let mut a = vec!["--password-file", pw_s.as_str(), "pg", "restore", "--to", to_s.as_str()];
+    a.extend_from_slice(args);
+    (rig.ferry(&a, &[]), to)
+}
+
+/// A server on a restored directory, archiving (once promoted) through a spool of its own.
+fn start_restored(rig: &Rig, data: &Path) -> PgCluster {
+    let pg = PgCluster::from_data_dir(data, &[]).expect("PostgreSQL is there: the rig runs");
+    let spool = pg.make_dir("spool");
+    let mut env = rig.env.clone();
+    env.retain(|(k, _)| k != "FERRY_WAL_SPOOL");
+    env.push(("FERRY_WAL_SPOOL".into(), spool.display().to_string()));
+    let script = ferry_script(&pg, "ferry.sh", &env);
+    pg.append_conf(&[&format!(
+        "archive_command = '{} wal-push %p'",
+        script.display()
+    )]);
+    pg.start_no_wait();
+    pg
+}
+
+/// Waits until a server recovering with target action pause has paused at its target.
+fn wait_paused(pg: &PgCluster) {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = pg.try_sql("select pg_get_wal_replay_pause_state()") {
+            if s == "paused" {
+                return;
+            }
+        }
+        assert!(
+            start.elapsed() < T,
+            "recovery did not pause at its target:\n{}",
+            tail(&pg.log())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn ids(pg: &PgCluster) -> String {
+    pg.sql("select coalesce(string_agg(id::text, ',' order by id), '') from k")
+}
+
+fn now(rig: &Rig) -> String {
+    rig.pg.sql("select clock_timestamp()::text")
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(b) = std::fs::read(&p) {
+                if b.windows(needle.len()).any(|w| w == needle) {
+                    hits.push(p);
+                }
+            }
+        }
+    }
+    hits
+}
+
+#[test]
+fn point_in_time_by_time_lsn_and_name_and_across_a_timeline_switch() {
+    let Some(rig) = rig() else { return };
+    for id in 1..=3 {
+        insert(&rig, id);
+    }
+    let before_backup = now(&rig);
+    let b = backup(&rig, &[]);
+    assert_eq!(b["record"]["timeline"], 1, "{b}");
+    for id in 4..=7 {
+        insert(&rig, id);
+    }
+    let t7 = now(&rig);
+    insert(&rig, 8);
+    let lsn8 = rig.pg.sql("select pg_current_wal_insert_lsn()::text");
+    insert(&rig, 9);
+    rig.pg.sql("select pg_create_restore_point('after-nine')");
+    insert(&rig, 10);
+    rig.settle();
+
+    let listed = ok_json(&rig.ferry(&["--json", "pg", "backups"], &[]), "pg backups");
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+
+    // A target before the only backup ended: refused, and the directory stays empty.
+    let (out, to) = restore(&rig, "early", &["--target-time", &before_backup]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no backup ends before"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0);
+
+    // By LSN and by name, pausing at the target (no new timeline).
+    for (name, args, want) in [
+        ("lsn", vec!["--target-lsn", lsn8.as_str()], "1,2,3,4,5,6,7,8"),
+        ("name", vec!["--target-name", "after-nine"], "1,2,3,4,5,6,7,8,9"),
+    ] {
+        let mut a = args.clone();
+        a.extend(["--target-action", "pause"]);
+        let (out, to) = restore(&rig, name, &a);
+        assert!(out.status.success(), "restore {name}: {}", stderr(&out));
+        let pg = start_restored(&rig, &to);
+        wait_paused(&pg);
+        assert_eq!(ids(&pg), want, "restore to {name}");
+    }
+
+    // By time, promoted: the copy continues on timeline 2 and archives it.
+    let (out, to) = restore(&rig, "time", &["--target-time", &t7]);
+    assert!(out.status.success(), "restore time: {}", stderr(&out));
+    let copy = start_restored(&rig, &to);
+    copy.wait_recovery_done(T).unwrap();
+    assert_eq!(ids(&copy), "1,2,3,4,5,6,7");
+    copy.sql(&format!(
+        "insert into k (id, note) values (100, '{MARKER}-100')"
+    ));
+    let t100 = copy.sql("select clock_timestamp()::text");
+    copy.sql("insert into k (id, note) values (101, 'later')");
+    let last = copy.switch_wal();
+    assert!(copy.wait_archived(&last, T), "{}", tail(&copy.log()));
+    assert_eq!(copy.sql("select timeline_id from pg_control_checkpoint()"), "2");
+
+    // A time on timeline 2 is reached from the backup made on timeline 1.
+    let (out, to) = restore(&rig, "tl2", &["--target-time", &t100, "--target-action", "pause"]);
+    assert!(out.status.success(), "restore tl2: {}", stderr(&out));
+    let pg = start_restored(&rig, &to);
+    wait_paused(&pg);
+    assert_eq!(ids(&pg), "1,2,3,4,5,6,7,100");
+
+    // Nothing in the repository shows a row: not the backup, not the WAL.
+    let hits = files_containing(Path::new(&rig.repo_url), MARKER.as_bytes());
+    assert!(hits.is_empty(), "plaintext rows found in {hits:?}");
+    let v = rig.ferry(&["pg", "verify"], &[]);
+    assert!(v.status.success(), "verify: {}", stderr(&v));
+}
+
+#[test]
+fn incremental_backup_stores_about_the_change() {
+    let Some(rig) = rig() else { return };
+    let pgbench = rig.pg.bin("pgbench");
+    let init = rig.pg.run_as_pg(
+        &pgbench,
+        ["-i", "-s", "10", "-q", "-h", &rig.pg.dir().display().to_string(), "-p", &rig.pg.port().to_string(), "-U", "postgres", "postgres"],
+    );
+    assert!(init.status.success(), "pgbench -i: {}", String::from_utf8_lossy(&init.stderr));
+    rig.pg.sql("checkpoint");
+    let full = backup(&rig, &[]);
+    // 1% of the accounts, then a checkpoint so that the pages are in the files.
+    rig.pg
+        .sql("update pgbench_accounts set abalance = abalance + 1 where aid <= 10000");
+    rig.pg.sql("checkpoint");
+    let incr = backup(&rig, &[]);
+    let size = incr["summary"]["total_bytes"].as_f64().unwrap();
+    let stored_full = full["summary"]["bytes_stored"].as_f64().unwrap();
+    let stored_incr = incr["summary"]["bytes_stored"].as_f64().unwrap();
+    let unchanged = incr["summary"]["files_unchanged"].as_u64().unwrap();
+    eprintln!(
+        "pgbench scale 10, {:.1} MB: full backup stored {:.2} MB; after 1% of rows changed the \
+         next stored {:.3} MB = {:.2}% of the database, {:.2}% of the full backup; {unchanged} files unread",
+        size / 1e6,
+        stored_full / 1e6,
+        stored_incr / 1e6,
+        100.0 * stored_incr / size,
+        100.0 * stored_incr / stored_full
+    );
+    assert!(stored_incr > 0.0, "the change was not stored: {incr}");
+    assert!(
+        stored_incr < 0.05 * stored_full,
+        "an incremental after a 1% change stored {stored_incr} of {stored_full} bytes"
+    );
+    assert!(unchanged > 0, "no file was proven unchanged: {incr}");
+
+    // The incremental restores to the same rows.
+    rig.settle();
+    let (out, to) = restore(&rig, "r", &[]);
+    assert!(out.status.success(), "restore: {}", stderr(&out));
+    let pg = start_restored(&rig, &to);
+    pg.wait_recovery_done(T).unwrap();
+    assert_eq!(
+        pg.sql("select count(*), sum(abalance) from pgbench_accounts"),
+        "1000000|10000"
+    );
+}
+
+#[test]
+fn expire_keeps_the_wal_kept_backups_need() {
+    let Some(rig) = rig() else { return };
+    let mut starts = Vec::new();
+    for round in 0..3 {
+        for i in 0..3 {
+            insert(&rig, round * 10 + i);
+        }
+        rig.load(20);
+        let b = backup(&rig, &[]);
+        starts.push(b["record"]["start_wal"].as_str().unwrap().to_string());
+    }
+    insert(&rig, 99);
+    rig.settle();
+    let wal_dir = Path::new(&rig.repo_url).join("wal/0000000100000000");
+    let segs = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.len() == 24)
+            .collect();
+        v.sort();
+        v
+    };
+    let before = segs(&wal_dir);
+    assert!(before.iter().any(|s| *s < starts[1]), "{before:?}");
+
+    let e = ok_json(&rig.ferry(&["--json", "pg", "expire", "--keep", "2"], &[]), "expire");
+    assert_eq!(e["expired"].as_array().unwrap().len(), 1, "{e}");
+    let after = segs(&wal_dir);
+    assert!(after.iter().all(|s| *s >= starts[1]), "WAL older than the kept backups left: {after:?}");
+    let kept: Vec<&String> = before.iter().filter(|s| **s >= starts[1]).collect();
+    assert_eq!(after.iter().collect::<Vec<_>>(), kept, "expire removed WAL a kept backup needs");
+    let listed = ok_json(&rig.ferry(&["--json", "pg", "backups"], &[]), "pg backups");
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    let v = rig.ferry(&["pg", "verify"], &[]);
+    assert!(v.status.success(), "verify after expire: {}", stderr(&v));
+
+    // The oldest kept backup still replays to the newest point.
+    let oldest = listed[0]["id"].as_str().unwrap().to_string();
+    let (out, to) = restore(&rig, "oldest", &["--backup", &oldest[..12]]);
+    assert!(out.status.success(), "restore oldest: {}", stderr(&out));
+    let pg = start_restored(&rig, &to);
+    pg.wait_recovery_done(T).unwrap();
+    assert_eq!(ids(&pg), "0,1,2,10,11,12,20,21,22,99");
+}
+
+#[test]
+fn refuses_bad_input_and_leaves_the_directory_alone() {
+    let Some(rig) = rig() else { return };
+    insert(&rig, 1);
+
+    // A role without the right to start a backup.
+    rig.pg.sql("create role weak login");
+    let weak = rig.pg.conninfo().replace("user=postgres", "user=weak");
+    let out = rig.ferry(&["pg", "backup", "--conninfo", &weak], &[]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("permission denied"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+
+    // No backup yet.
+    let (out, _) = restore(&rig, "none", &[]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no PostgreSQL backup"), "{}", stderr(&out));
+
+    let b = backup(&rig, &[]);
+    rig.settle();
+
+    // A directory that is not empty is left as it was.
+    let busy = rig.pg.make_dir("busy");
+    std::fs::write(busy.join("keep.txt"), "mine").unwrap();
+    let pw = password_file(&rig);
+    let out = rig.ferry(
+        &["--password-file", &pw.display().to_string(), "pg", "restore", "--to", &busy.display().to_string()],
+        &[],
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("not empty"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(&busy).unwrap().count(), 1);
+    assert_eq!(std::fs::read_to_string(busy.join("keep.txt")).unwrap(), "mine");
+
+    // A segment the backup needs is gone from the archive.
+    let start = b["record"]["start_wal"].as_str().unwrap();
+    let seg = Path::new(&rig.repo_url)
+        .join("wal")
+        .join(&start[..16])
+        .join(start);
+    std::fs::remove_file(&seg).unwrap_or_else(|e| panic!("{}: {e}", seg.display()));
+    let (out, to) = restore(&rig, "gap", &[]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains(start) && err.contains("not in the archive"), "{err}");
+    assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0, "restore wrote into {to:?}");
+    let v = rig.ferry(&["pg", "verify"], &[]);
+    assert!(!v.status.success());
+    assert!(stderr(&v).contains(start), "{}", stderr(&v));
+}
