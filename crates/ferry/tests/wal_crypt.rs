@@ -146,12 +146,13 @@ fn no_plaintext_and_recovery(repo: Repo, async_: bool, level: &str) {
         body[10], 0,
         "a directory without a repository is archived in plaintext"
     );
-    assert!(
-        contains(&body, MARKER.as_bytes()),
-        "control: marker not found"
-    );
+    // zstd Huffman-codes its literals: compressed, even plaintext hides the needles, and
+    // the search proves something only uncompressed (the compressed runs still check that
+    // every object is encrypted, and recover through decryption and decompression).
     if level == "0" {
-        assert!(contains(&body, &needles[2]), "control: page not found");
+        for (i, needle) in needles.iter().enumerate() {
+            assert!(contains(&body, needle), "control: needle {i} not found");
+        }
     }
 
     let expect = rig.pg.sql(&format!(
@@ -180,13 +181,14 @@ fn local_async_uncompressed_holds_no_plaintext() {
 }
 
 #[test]
-fn s3_sync_holds_no_plaintext() {
+fn s3_sync_uncompressed_holds_no_plaintext() {
     let Some(repo) = s3_repo() else { return };
-    no_plaintext_and_recovery(repo, false, "1");
+    no_plaintext_and_recovery(repo, false, "0");
 }
 
+/// The default: compressed, then encrypted.
 #[test]
-fn s3_async_holds_no_plaintext() {
+fn s3_async_compressed_holds_no_plaintext() {
     let Some(repo) = s3_repo() else { return };
     no_plaintext_and_recovery(repo, true, "1");
 }
