@@ -56,7 +56,10 @@ fn db(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
 
 async fn now_us(c: &Client) -> Result<i64> {
     let r = c
-        .query_one("SELECT (extract(epoch from clock_timestamp()) * 1e6)::int8", &[])
+        .query_one(
+            "SELECT (extract(epoch from clock_timestamp()) * 1e6)::int8",
+            &[],
+        )
         .await
         .map_err(db("read the time"))?;
     Ok(r.get(0))

@@ -116,7 +116,12 @@ mod tests {
     #[test]
     fn takes_data_and_leaves_runtime_files() {
         let l = PgLayout::new(Path::new("/d"), BLOCK);
-        for yes in ["/d/base/1/1259", "/d/global/pg_control", "/d/pg_wal", "/d/PG_VERSION"] {
+        for yes in [
+            "/d/base/1/1259",
+            "/d/global/pg_control",
+            "/d/pg_wal",
+            "/d/PG_VERSION",
+        ] {
             assert!(l.include(Path::new(yes)), "{yes}");
         }
         for no in [
@@ -139,8 +144,17 @@ mod tests {
         assert_eq!(l.chunking(Path::new("/d/base/5/16384.2")), fixed);
         assert_eq!(l.chunking(Path::new("/d/base/5/16384_vm")), fixed);
         assert_eq!(l.chunking(Path::new("/d/global/1262")), fixed);
-        for cdc in ["/d/base/5/PG_VERSION", "/d/global/pg_control", "/d/pg_xact/0000", "/d/base/5/1.x"] {
-            assert_eq!(l.chunking(Path::new(cdc)), Chunking::ContentDefined, "{cdc}");
+        for cdc in [
+            "/d/base/5/PG_VERSION",
+            "/d/global/pg_control",
+            "/d/pg_xact/0000",
+            "/d/base/5/1.x",
+        ] {
+            assert_eq!(
+                l.chunking(Path::new(cdc)),
+                Chunking::ContentDefined,
+                "{cdc}"
+            );
         }
     }
 }

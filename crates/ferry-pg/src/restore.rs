@@ -83,7 +83,11 @@ async fn choose(repo: &Repo, opts: &RestoreOptions) -> Result<(Id, PgBackup)> {
         }
         return Ok((*id, b.clone()));
     }
-    match all.iter().rev().find(|(_, _, b)| opts.target.reachable_from(b)) {
+    match all
+        .iter()
+        .rev()
+        .find(|(_, _, b)| opts.target.reachable_from(b))
+    {
         Some((id, _, b)) => Ok((*id, b.clone())),
         None => {
             let oldest = &all[0].2;

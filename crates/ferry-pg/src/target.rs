@@ -33,7 +33,11 @@ pub fn parse_time(s: &str) -> Result<DateTime<FixedOffset>> {
     } else {
         t.to_string()
     };
-    for f in ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%d %H:%M:%S%.f%:z", "%Y-%m-%dT%H:%M:%S%.f%#z"] {
+    for f in [
+        "%Y-%m-%d %H:%M:%S%.f%#z",
+        "%Y-%m-%d %H:%M:%S%.f%:z",
+        "%Y-%m-%dT%H:%M:%S%.f%#z",
+    ] {
         if let Ok(d) = DateTime::parse_from_str(&t2, f) {
             return Ok(d);
         }

@@ -21,7 +21,12 @@ pub struct WalView {
 
 /// The WAL archive inside `repo`.
 pub fn archive(repo: &Repo) -> Arc<Archive> {
-    Archive::new(repo.store().clone(), &repo.path(""), repo.engine().clone(), 0)
+    Archive::new(
+        repo.store().clone(),
+        &repo.path(""),
+        repo.engine().clone(),
+        0,
+    )
 }
 
 impl WalView {
@@ -89,7 +94,11 @@ impl WalView {
                         .dropped
                         .contains(WalName::segment(*t, s, self.seg_size).as_str())
                 });
-                (!usable).then(|| WalName::segment(timeline, s, self.seg_size).as_str().to_string())
+                (!usable).then(|| {
+                    WalName::segment(timeline, s, self.seg_size)
+                        .as_str()
+                        .to_string()
+                })
             })
             .collect()
     }

@@ -99,9 +99,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::WalFetch(args) => {
             cmd::wal::fetch_cmd(args, &cli.global, &mut stores, &engine, &out).await
         }
-        Command::WalStatus(args) => {
-            cmd::wal::status_cmd(args, g, &mut stores, &engine, &out).await
-        }
+        Command::WalStatus(args) => cmd::wal::status_cmd(args, g, &mut stores, &engine, &out).await,
         Command::WalAgent(args) => cmd::wal::agent_cmd(args, g, &mut stores, &engine).await,
         Command::Pg(a) => cmd::pg::run(&a.cmd, g, &mut stores, &engine, &out).await,
     }

@@ -56,7 +56,14 @@ fn restore(rig: &Rig, name: &str, args: &[&str]) -> (Output, PathBuf) {
     let pw = password_file(rig);
     let to_s = to.display().to_string();
     let pw_s = pw.display().to_string();
-    let mut a = vec!["--password-file", pw_s.as_str(), "pg", "restore", "--to", to_s.as_str()];
+    let mut a = vec![
+        "--password-file",
+        pw_s.as_str(),
+        "pg",
+        "restore",
+        "--to",
+        to_s.as_str(),
+    ];
     a.extend_from_slice(args);
     (rig.ferry(&a, &[]), to)
 }
@@ -148,13 +155,25 @@ fn point_in_time_by_time_lsn_and_name_and_across_a_timeline_switch() {
     // A target before the only backup ended: refused, and the directory stays empty.
     let (out, to) = restore(&rig, "early", &["--target-time", &before_backup]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("no backup ends before"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no backup ends before"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0);
 
     // By LSN and by name, pausing at the target (no new timeline).
     for (name, args, want) in [
-        ("lsn", vec!["--target-lsn", lsn8.as_str()], "1,2,3,4,5,6,7,8"),
-        ("name", vec!["--target-name", "after-nine"], "1,2,3,4,5,6,7,8,9"),
+        (
+            "lsn",
+            vec!["--target-lsn", lsn8.as_str()],
+            "1,2,3,4,5,6,7,8",
+        ),
+        (
+            "name",
+            vec!["--target-name", "after-nine"],
+            "1,2,3,4,5,6,7,8,9",
+        ),
     ] {
         let mut a = args.clone();
         a.extend(["--target-action", "pause"]);
@@ -178,10 +197,17 @@ fn point_in_time_by_time_lsn_and_name_and_across_a_timeline_switch() {
     copy.sql("insert into k (id, note) values (101, 'later')");
     let last = copy.switch_wal();
     assert!(copy.wait_archived(&last, T), "{}", tail(&copy.log()));
-    assert_eq!(copy.sql("select timeline_id from pg_control_checkpoint()"), "2");
+    assert_eq!(
+        copy.sql("select timeline_id from pg_control_checkpoint()"),
+        "2"
+    );
 
     // A time on timeline 2 is reached from the backup made on timeline 1.
-    let (out, to) = restore(&rig, "tl2", &["--target-time", &t100, "--target-action", "pause"]);
+    let (out, to) = restore(
+        &rig,
+        "tl2",
+        &["--target-time", &t100, "--target-action", "pause"],
+    );
     assert!(out.status.success(), "restore tl2: {}", stderr(&out));
     let pg = start_restored(&rig, &to);
     wait_paused(&pg);
@@ -200,9 +226,25 @@ fn incremental_backup_stores_about_the_change() {
     let pgbench = rig.pg.bin("pgbench");
     let init = rig.pg.run_as_pg(
         &pgbench,
-        ["-i", "-s", "10", "-q", "-h", &rig.pg.dir().display().to_string(), "-p", &rig.pg.port().to_string(), "-U", "postgres", "postgres"],
+        [
+            "-i",
+            "-s",
+            "10",
+            "-q",
+            "-h",
+            &rig.pg.dir().display().to_string(),
+            "-p",
+            &rig.pg.port().to_string(),
+            "-U",
+            "postgres",
+            "postgres",
+        ],
     );
-    assert!(init.status.success(), "pgbench -i: {}", String::from_utf8_lossy(&init.stderr));
+    assert!(
+        init.status.success(),
+        "pgbench -i: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     rig.pg.sql("checkpoint");
     let full = backup(&rig, &[]);
     // 1% of the accounts, then a checkpoint so that the pages are in the files.
@@ -269,12 +311,22 @@ fn expire_keeps_the_wal_kept_backups_need() {
     let before = segs(&wal_dir);
     assert!(before.iter().any(|s| *s < starts[1]), "{before:?}");
 
-    let e = ok_json(&rig.ferry(&["--json", "pg", "expire", "--keep", "2"], &[]), "expire");
+    let e = ok_json(
+        &rig.ferry(&["--json", "pg", "expire", "--keep", "2"], &[]),
+        "expire",
+    );
     assert_eq!(e["expired"].as_array().unwrap().len(), 1, "{e}");
     let after = segs(&wal_dir);
-    assert!(after.iter().all(|s| *s >= starts[1]), "WAL older than the kept backups left: {after:?}");
+    assert!(
+        after.iter().all(|s| *s >= starts[1]),
+        "WAL older than the kept backups left: {after:?}"
+    );
     let kept: Vec<&String> = before.iter().filter(|s| **s >= starts[1]).collect();
-    assert_eq!(after.iter().collect::<Vec<_>>(), kept, "expire removed WAL a kept backup needs");
+    assert_eq!(
+        after.iter().collect::<Vec<_>>(),
+        kept,
+        "expire removed WAL a kept backup needs"
+    );
     let listed = ok_json(&rig.ferry(&["--json", "pg", "backups"], &[]), "pg backups");
     assert_eq!(listed.as_array().unwrap().len(), 2);
     let v = rig.ferry(&["pg", "verify"], &[]);
@@ -306,7 +358,11 @@ fn refuses_bad_input_and_leaves_the_directory_alone() {
     // No backup yet.
     let (out, _) = restore(&rig, "none", &[]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("no PostgreSQL backup"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no PostgreSQL backup"),
+        "{}",
+        stderr(&out)
+    );
 
     let b = backup(&rig, &[]);
     rig.settle();
@@ -316,13 +372,23 @@ fn refuses_bad_input_and_leaves_the_directory_alone() {
     std::fs::write(busy.join("keep.txt"), "mine").unwrap();
     let pw = password_file(&rig);
     let out = rig.ferry(
-        &["--password-file", &pw.display().to_string(), "pg", "restore", "--to", &busy.display().to_string()],
+        &[
+            "--password-file",
+            &pw.display().to_string(),
+            "pg",
+            "restore",
+            "--to",
+            &busy.display().to_string(),
+        ],
         &[],
     );
     assert!(!out.status.success());
     assert!(stderr(&out).contains("not empty"), "{}", stderr(&out));
     assert_eq!(std::fs::read_dir(&busy).unwrap().count(), 1);
-    assert_eq!(std::fs::read_to_string(busy.join("keep.txt")).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(busy.join("keep.txt")).unwrap(),
+        "mine"
+    );
 
     // A segment the backup needs is gone from the archive.
     let start = b["record"]["start_wal"].as_str().unwrap();
@@ -334,8 +400,15 @@ fn refuses_bad_input_and_leaves_the_directory_alone() {
     let (out, to) = restore(&rig, "gap", &[]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains(start) && err.contains("not in the archive"), "{err}");
-    assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0, "restore wrote into {to:?}");
+    assert!(
+        err.contains(start) && err.contains("not in the archive"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&to).unwrap().count(),
+        0,
+        "restore wrote into {to:?}"
+    );
     let v = rig.ferry(&["pg", "verify"], &[]);
     assert!(!v.status.success());
     assert!(stderr(&v).contains(start), "{}", stderr(&v));

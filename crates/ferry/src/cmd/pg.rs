@@ -47,8 +47,11 @@ async fn backup(
 ) -> Result<()> {
     let started = Instant::now();
     let block = parse_size(&a.block)?;
-    if block == 0 || block % 8192 != 0 || block > 16 << 20 {
-        bail!("--block {}: must be a multiple of 8KiB up to 16MiB", a.block);
+    if block == 0 || !block.is_multiple_of(8192) || block > 16 << 20 {
+        bail!(
+            "--block {}: must be a multiple of 8KiB up to 16MiB",
+            a.block
+        );
     }
     let repo = open(g, stores, engine).await?;
     let lock = Lock::acquire(repo.clone(), false).await?;
@@ -129,7 +132,10 @@ fn restore_command(g: &Global, stores: &Stores) -> Result<String> {
     };
     let mut cmd = vec![sh(&exe.display().to_string())?, "--repo".into(), sh(&repo)?];
     if let Some(f) = &g.password_file {
-        cmd.extend(["--password-file".into(), sh(&std::path::absolute(f)?.display().to_string())?]);
+        cmd.extend([
+            "--password-file".into(),
+            sh(&std::path::absolute(f)?.display().to_string())?,
+        ]);
     } else if let Some(c) = &g.password_command {
         cmd.extend(["--password-command".into(), sh(c)?]);
     }
@@ -137,10 +143,16 @@ fn restore_command(g: &Global, stores: &Stores) -> Result<String> {
         cmd.extend(["--s3-endpoint".into(), sh(e)?]);
     }
     if let Some(c) = &g.ca_cert {
-        cmd.extend(["--ca-cert".into(), sh(&std::path::absolute(c)?.display().to_string())?]);
+        cmd.extend([
+            "--ca-cert".into(),
+            sh(&std::path::absolute(c)?.display().to_string())?,
+        ]);
     }
     if let Some(c) = &g.config {
-        cmd.extend(["--config".into(), sh(&std::path::absolute(c)?.display().to_string())?]);
+        cmd.extend([
+            "--config".into(),
+            sh(&std::path::absolute(c)?.display().to_string())?,
+        ]);
     }
     cmd.extend(["wal-fetch".into(), "%f".into(), "%p".into()]);
     Ok(cmd.join(" "))
@@ -195,7 +207,9 @@ async fn restore(
         );
     }
     for w in &r.warnings {
-        eprintln!("ferry: warning: WAL segment {w} is missing from the archive: replay stops there");
+        eprintln!(
+            "ferry: warning: WAL segment {w} is missing from the archive: replay stops there"
+        );
     }
     if g.password_file.is_none() && g.password_command.is_none() {
         eprintln!("ferry: note: restore_command reads the password from FERRY_PASSWORD: start the server with it set");
@@ -210,8 +224,10 @@ async fn list(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) ->
     if out.json {
         let rows: Vec<_> = all
             .iter()
-            .map(|(id, s, b)| serde_json::json!({"id": id, "time": show_time(b.stop_time),
-                "size": s.summary.total_bytes, "stored": s.summary.bytes_stored, "record": b}))
+            .map(|(id, s, b)| {
+                serde_json::json!({"id": id, "time": show_time(b.stop_time),
+                "size": s.summary.total_bytes, "stored": s.summary.bytes_stored, "record": b})
+            })
             .collect();
         println!("{}", serde_json::Value::Array(rows));
         return Ok(());
@@ -328,7 +344,10 @@ async fn verify(
         );
     }
     if !out.json {
-        eprintln!("{} backups verified: all WAL present, data sound", v.backups.len());
+        eprintln!(
+            "{} backups verified: all WAL present, data sound",
+            v.backups.len()
+        );
     }
     Ok(())
 }
