@@ -314,7 +314,8 @@ pub async fn fetch_cmd(
             open_archive(g, stores, engine, wal.compress_level, true).await?
         }
         // Plaintext, or a damaged header the fetch below reports.
-        _ => plain,
+        Ok(_) | Err(Error::Checksum(_)) => plain,
+        Err(e) => return Err(e.into()),
     };
     match fetch::fetch_to(&archive, &name, &args.dest).await {
         Ok(()) => report(out, &args.dest, "fetched"),
