@@ -413,3 +413,29 @@ fn refuses_bad_input_and_leaves_the_directory_alone() {
     assert!(!v.status.success());
     assert!(stderr(&v).contains(start), "{}", stderr(&v));
 }
+
+#[test]
+fn backup_and_restore_through_minio() {
+    let Some(repo) = walkit::s3_repo() else {
+        return;
+    };
+    let Some(rig) = Rig::encrypted(&repo, true, &[]) else {
+        return;
+    };
+    rig.pg.sql(
+        "create table k (id int primary key, note text, at timestamptz default clock_timestamp())",
+    );
+    insert(&rig, 1);
+    rig.load(20);
+    backup(&rig, &[]);
+    insert(&rig, 2);
+    let t2 = now(&rig);
+    insert(&rig, 3);
+    rig.settle();
+    let (out, to) = restore(&rig, "r", &["--target-time", &t2]);
+    assert!(out.status.success(), "restore: {}", stderr(&out));
+    let pg = start_restored(&rig, &to);
+    pg.wait_recovery_done(T).unwrap();
+    assert_eq!(ids(&pg), "1,2");
+    assert_eq!(pg.sql("select count(*) > 0 from t"), "t");
+}
