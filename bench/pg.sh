@@ -14,7 +14,8 @@
 # bench/lib.sh, PROFILE=wan: RTT 80 ms, 8 MB/s per connection, 100 MB/s aggregate).
 #   bench/pg.sh                                         # as root: scale 100, 300 s load
 #   SCALE=10 BENCH_LOAD_SECS=30 TARGETS=local bench/pg.sh   # quick trial
-# Env: SCALE, BENCH_LOAD_SECS, CLIENTS (pgbench -c, 2), TARGETS ("local s3"), FERRY (binary,
+# Env: SCALE, BENCH_LOAD_SECS, CLIENTS (pgbench -c, 2), BENCH_RATE (pgbench -R tps; unset: as
+# fast as it goes, which in 300 s touches most pages of pgbench_accounts), TARGETS ("local s3"), FERRY (binary,
 # default target/release/ferry), OUT (JSON, /tmp/ferry-bench-pg.json), LOGS (copied there at
 # exit), PROCESS_MAX (pgBackRest, 2), PGBR_COMPRESS (zst), PGBR_CIPHER (aes-256-cbc, or none:
 # ferry always encrypts, so pgBackRest does too by default), PGBR_OPTS (more option=value
@@ -282,8 +283,8 @@ EOF
 
   echo " 1. full backups" >&2
   backups "$t" full
-  echo " 2. pgbench -T $BENCH_LOAD_SECS -c $CLIENTS (load average $(loadavg))" >&2
-  "${AS_PG[@]}" "$PGBIN/pgbench" -T "$BENCH_LOAD_SECS" -c "$CLIENTS" -j "$CLIENTS" -h "$SOCK" -p $PORT -U postgres postgres \
+  echo " 2. pgbench -T $BENCH_LOAD_SECS -c $CLIENTS${BENCH_RATE:+ -R $BENCH_RATE} (load average $(loadavg))" >&2
+  "${AS_PG[@]}" "$PGBIN/pgbench" -T "$BENCH_LOAD_SECS" -c "$CLIENTS" -j "$CLIENTS" ${BENCH_RATE:+-R "$BENCH_RATE"} -h "$SOCK" -p $PORT -U postgres postgres \
     >"$TW/pgbench.log" 2>&1 || { tail "$TW/pgbench.log" >&2; return 1; }
   local tps; tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$TW/pgbench.log" | tail -1)
   local txns; txns=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$TW/pgbench.log")
@@ -317,10 +318,10 @@ EOF
 report() {
   REPORTED=1
   python3 bench/pg/report.py "$RESULTS" "$W/targets.jsonl" "$OUT" \
-    "date=$START_DATE" "scale=$SCALE" "db_bytes=${DB_BYTES:-0}" "load_secs=$BENCH_LOAD_SECS" "clients=$CLIENTS" \
+    "date=$START_DATE" "scale=$SCALE" "db_bytes=${DB_BYTES:-0}" "load_secs=$BENCH_LOAD_SECS" "clients=$CLIENTS" "rate=${BENCH_RATE:-}" \
     "profile=$PROFILE" "rtt_ms=$RTT_MS" "conn_mbps=$CONN_MBPS" "agg_mbps=$AGG_MBPS" \
     "loadavg_start=$LOAD0" "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" \
-    "ferry=$("$FERRY" --version | sed -n 1p)" "pgbackrest=$(pgbackrest version)" \
+    "ferry=$("$FERRY" --version | sed -n 1p) at $(git rev-parse --short HEAD 2>/dev/null)" "pgbackrest=$(pgbackrest version)" \
     "postgres=$("$PGBIN/postgres" --version)" "process_max=$PROCESS_MAX" "pgbr_compress=$PGBR_COMPRESS" \
     "pgbr_cipher=$PGBR_CIPHER" "pgbr_opts=${PGBR_OPTS:-}" "nproc=$(nproc)" "logs=$LOGS"
 }

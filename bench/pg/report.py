@@ -21,7 +21,7 @@ ratio = lambda a, b: "-" if not a or not b else f"{a / b:.2f}x"
 
 print(f"# PostgreSQL backup bench, {meta.get('date')}: pgbench scale {meta.get('scale')} "
       f"({int(meta.get('db_bytes', 0)) / 1e6:.0f} MB without pg_wal), {meta.get('load_secs')} s of load x "
-      f"{meta.get('clients')} clients between full and incr")
+      f"{meta.get('clients')} clients{' at ' + meta['rate'] + ' tps' if meta.get('rate') else ''} between full and incr")
 print(f"# {meta.get('ferry')}; {meta.get('pgbackrest')} (process-max={meta.get('process_max')}, "
       f"compress-type={meta.get('pgbr_compress')}, cipher {meta.get('pgbr_cipher')}"
       f"{', ' + meta['pgbr_opts'] if meta.get('pgbr_opts') else ''}; 2.45 predates block incremental, 2.46+: "
