@@ -73,8 +73,10 @@ fn compress(plain: &[u8]) -> Result<Vec<u8>> {
 pub trait BackupProgress: Send + Sync {
     /// A file was found by the scanner ahead of the backup.
     fn scanned(&self, _bytes: u64) {}
-    /// A file's bytes were processed (read, or proven unchanged).
+    /// Bytes were processed (read, or proven unchanged; written, on restore).
     fn done(&self, _bytes: u64) {}
+    /// A whole file was backed up.
+    fn file_done(&self) {}
 }
 
 /// A [`BackupProgress`] that ignores everything.
@@ -441,7 +443,9 @@ impl Archiver {
                                 st.summary.files_read += 1;
                                 st.summary.bytes_read += read;
                             }
-                            Ok(Err(Error::NotFound(_))) if me.vanished(&std::io::ErrorKind::NotFound) => {
+                            Ok(Err(Error::NotFound(_)))
+                                if me.vanished(&std::io::ErrorKind::NotFound) =>
+                            {
                                 return None;
                             }
                             Ok(Err(e)) => {
@@ -456,6 +460,7 @@ impl Archiver {
                     }
                     me.state.lock().expect("state").summary.total_bytes += node.size;
                     me.progress.done(node.size);
+                    me.progress.file_done();
                 }
                 NodeKind::Dir => {
                     let old_tree = me.old_tree(old.and_then(|o| o.subtree)).await;

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use ferry_transfer::Progress;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Bytes done of bytes known, with rate and ETA, drawn on stderr.
+/// Files and bytes done of those known, with rate and ETA, drawn on stderr.
 pub struct Bar(ProgressBar);
 
 impl Bar {
@@ -19,7 +19,7 @@ impl Bar {
         let bar = ProgressBar::with_draw_target(Some(0), target);
         bar.set_style(
             ProgressStyle::with_template(
-                "{bytes:>10}/{total_bytes:<10} {wide_bar} {binary_bytes_per_sec:>12} ETA {eta}",
+                "{msg} {bytes:>10}/{total_bytes:<10} {wide_bar} {binary_bytes_per_sec:>12} ETA {eta}",
             )
             .expect("static template"),
         );
@@ -32,6 +32,13 @@ impl Bar {
             eprintln!("{line}");
         } else {
             self.0.println(line);
+        }
+    }
+
+    /// Shows `done` of `total` files beside the bytes.
+    pub fn files(&self, done: u64, total: u64) {
+        if !self.0.is_hidden() {
+            self.0.set_message(format!("{done}/{total} files"));
         }
     }
 

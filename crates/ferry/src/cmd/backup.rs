@@ -31,6 +31,7 @@ impl std::error::Error for Incomplete {}
 pub(crate) struct BarProgress {
     pub(crate) bar: Bar,
     files: AtomicU64,
+    files_total: AtomicU64,
 }
 
 impl BarProgress {
@@ -38,6 +39,7 @@ impl BarProgress {
         Arc::new(BarProgress {
             bar: Bar::new(out.progress),
             files: AtomicU64::new(0),
+            files_total: AtomicU64::new(0),
         })
     }
 }
@@ -45,10 +47,15 @@ impl BarProgress {
 impl BackupProgress for BarProgress {
     fn scanned(&self, bytes: u64) {
         self.bar.add_total(bytes);
+        self.files_total.fetch_add(1, Ordering::Relaxed);
     }
     fn done(&self, bytes: u64) {
         self.bar.advance(bytes);
-        self.files.fetch_add(1, Ordering::Relaxed);
+    }
+    fn file_done(&self) {
+        let done = self.files.fetch_add(1, Ordering::Relaxed) + 1;
+        let total = self.files_total.load(Ordering::Relaxed).max(done);
+        self.bar.files(done, total);
     }
 }
 
