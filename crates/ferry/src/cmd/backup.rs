@@ -7,11 +7,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use ferry_repo::archiver::{Archiver, BackupProgress};
-use ferry_repo::lock::Lock;
 use ferry_transfer::{Engine, Progress};
 
 use crate::cli::{BackupArgs, Global, RestoreArgs};
-use crate::cmd::repo::{find, list, open};
+use crate::cmd::repo::{find, list, locked, open};
 use crate::places::Stores;
 use crate::progress::Bar;
 use crate::Output;
@@ -89,10 +88,7 @@ pub async fn backup(
 ) -> Result<()> {
     let started = Instant::now();
     let repo = open(g, stores, engine).await?;
-    let lock = Lock::acquire(repo.clone(), false).await?;
-    let res = run_backup(args, &repo, out, started).await;
-    lock.release().await?;
-    res
+    locked(&repo, run_backup(args, &repo, out, started)).await
 }
 
 async fn run_backup(

@@ -7,12 +7,11 @@ use ferry_pg::backup::BackupOptions;
 use ferry_pg::expire::Keep;
 use ferry_pg::restore::{show_time, RestoreOptions};
 use ferry_pg::Target;
-use ferry_repo::lock::Lock;
 use ferry_transfer::Engine;
 
 use crate::cli::{Global, PgBackupArgs, PgCommand, PgExpireArgs, PgRestoreArgs};
 use crate::cmd::backup::BarProgress;
-use crate::cmd::repo::open;
+use crate::cmd::repo::{locked, open};
 use crate::places::Stores;
 use crate::settings::parse_size;
 use crate::Output;
@@ -54,7 +53,6 @@ async fn backup(
         );
     }
     let repo = open(g, stores, engine).await?;
-    let lock = Lock::acquire(repo.clone(), false).await?;
     let progress = BarProgress::new(out);
     let opts = BackupOptions {
         conninfo: a.conninfo.clone(),
@@ -62,9 +60,12 @@ async fn backup(
         block: block as u32,
         full: a.full,
     };
-    let res = ferry_pg::backup::backup(repo.clone(), &opts, progress.clone()).await;
+    let res = locked(
+        &repo,
+        ferry_pg::backup::backup(repo.clone(), &opts, progress.clone()),
+    )
+    .await;
     progress.bar.finish();
-    lock.release().await?;
     let done = res?;
     let s = &done.snapshot.summary;
     let b = &done.record;
@@ -169,7 +170,6 @@ async fn restore(
     let target = target(a)?;
     let restore_command = restore_command(g, stores)?;
     let repo = open(g, stores, engine).await?;
-    let lock = Lock::acquire(repo.clone(), false).await?;
     let progress = BarProgress::new(out);
     let opts = RestoreOptions {
         to: std::path::absolute(&a.to)?,
@@ -178,9 +178,12 @@ async fn restore(
         action: a.target_action.clone(),
         restore_command: restore_command.clone(),
     };
-    let res = ferry_pg::restore::restore(repo.clone(), &opts, progress.clone()).await;
+    let res = locked(
+        &repo,
+        ferry_pg::restore::restore(repo.clone(), &opts, progress.clone()),
+    )
+    .await;
     progress.bar.finish();
-    lock.release().await?;
     let r = res?;
     let secs = started.elapsed().as_secs_f64();
     if out.json {
@@ -262,10 +265,11 @@ async fn expire(
         last: a.keep,
         days: a.keep_days,
     };
-    let lock = Lock::acquire(repo.clone(), false).await?;
-    let res = ferry_pg::expire::expire(repo.clone(), &keep, a.dry_run).await;
-    lock.release().await?;
-    let e = res?;
+    let e = locked(
+        &repo,
+        ferry_pg::expire::expire(repo.clone(), &keep, a.dry_run),
+    )
+    .await?;
     let pruned = if a.dry_run || e.backups.is_empty() {
         None
     } else {
@@ -302,10 +306,7 @@ async fn verify(
     out: &Output,
 ) -> Result<()> {
     let repo = open(g, stores, engine).await?;
-    let lock = Lock::acquire(repo.clone(), false).await?;
-    let res = ferry_pg::verify::verify(repo.clone(), read_data).await;
-    lock.release().await?;
-    let v = res?;
+    let v = locked(&repo, ferry_pg::verify::verify(repo.clone(), read_data)).await?;
     let bad = v.backups.iter().filter(|f| !f.ok()).count();
     if out.json {
         let rows: Vec<_> = v

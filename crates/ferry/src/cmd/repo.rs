@@ -20,6 +20,17 @@ fn repo_place(stores: &mut Stores) -> Result<crate::places::Place> {
     stores.open(&repo)
 }
 
+/// Runs `work` under a shared lock on `repo`, released whatever `work` returns.
+pub async fn locked<T, E: Into<anyhow::Error>>(
+    repo: &Arc<Repo>,
+    work: impl std::future::Future<Output = std::result::Result<T, E>>,
+) -> Result<T> {
+    let lock = ferry_repo::lock::Lock::acquire(repo.clone(), false).await?;
+    let res = work.await;
+    lock.release().await?;
+    res.map_err(Into::into)
+}
+
 /// Opens the configured repository.
 pub async fn open(g: &Global, stores: &mut Stores, engine: &Engine) -> Result<Arc<Repo>> {
     let place = repo_place(stores)?;
