@@ -210,15 +210,16 @@ pub async fn restore(
     }
     let progress = BarProgress::new(out);
     progress.bar.add_total(snap.summary.total_bytes);
-    let done = ferry_repo::restorer::restore(
+    // Shared lock: a prune must not delete packs while they are read.
+    let work = ferry_repo::restorer::restore(
         repo.clone(),
         Arc::new(index),
         &snap,
         &args.target,
         &args.paths,
         progress.clone(),
-    )
-    .await?;
+    );
+    let done = locked(&repo, work).await?;
     progress.bar.finish();
     let secs = started.elapsed().as_secs_f64();
     if out.json {
