@@ -1,7 +1,6 @@
 //! The one-node Ceph cluster `scripts/services up ceph` starts: its config (`CEPH_CONF`), its
-//! pool (`FERRY_TEST_CEPH_POOL`), the `rados` CLI to compare with, and its OSD to stop.
+//! pool (`FERRY_TEST_CEPH_POOL`), the `rados` CLI to compare with, and its OSD (`CEPH_OSD_PID`) to freeze.
 
-use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::require;
@@ -52,27 +51,24 @@ impl Ceph {
             .collect()
     }
 
-    /// Stops the OSD (`scripts/services down ceph-osd`, waiting until it has exited).
-    pub fn stop_osd(&self) {
-        services(&["down", "ceph-osd"]);
+    /// Freezes the OSD (SIGSTOP): its operations hang until [`Ceph::resume_osd`]. A memstore
+    /// OSD loses every object when restarted, so a frozen one stands in for a dead one.
+    pub fn freeze_osd(&self) {
+        signal_osd("-STOP");
     }
 
-    /// Starts the OSD again and waits until the cluster sees it up.
-    pub fn start_osd(&self) {
-        services(&["up", "ceph-osd"]);
+    /// Lets a frozen OSD run again (SIGCONT).
+    pub fn resume_osd(&self) {
+        signal_osd("-CONT");
     }
 }
 
-/// Runs the repository's `scripts/services` with the state directory the tests were given.
-fn services(args: &[&str]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services");
-    let out = Command::new(script)
-        .args(args)
-        .output()
-        .expect("run scripts/services");
-    assert!(
-        out.status.success(),
-        "scripts/services {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// Sends `sig` to the OSD `scripts/services up ceph` started (`CEPH_OSD_PID`).
+fn signal_osd(sig: &str) {
+    let pid = require("CEPH_OSD_PID").expect("CEPH_OSD_PID (scripts/services up ceph)");
+    let st = Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill {sig} {pid} failed");
 }
