@@ -72,7 +72,11 @@ fn client_id() -> Option<String> {
     let mut it = args.split_whitespace();
     while let Some(a) = it.next() {
         let (flag, inline) = a.split_once('=').map_or((a, None), |(f, v)| (f, Some(v)));
-        let value = || inline.map(str::to_string).or_else(|| it.clone().next().map(str::to_string));
+        let value = || {
+            inline
+                .map(str::to_string)
+                .or_else(|| it.clone().next().map(str::to_string))
+        };
         match flag {
             "--id" | "--user" | "-i" => return value(),
             "-n" | "--name" => return value().map(|n| n.trim_start_matches("client.").into()),
@@ -98,10 +102,16 @@ impl Cluster {
         let id = client_id().map(|i| cstr(&i)).transpose()?;
         let mut handle: ffi::rados_t = ptr::null_mut();
         // SAFETY: out-pointer to a local; the id string outlives the call.
-        let rc = unsafe { ffi::rados_create(&mut handle, id.as_ref().map_or(ptr::null(), |s| s.as_ptr())) };
+        let rc = unsafe {
+            ffi::rados_create(&mut handle, id.as_ref().map_or(ptr::null(), |s| s.as_ptr()))
+        };
         check(rc, "creating the librados handle")?;
         let cluster = Self { handle };
-        let conf = cfg.conf.as_ref().map(|p| cstr(&p.to_string_lossy())).transpose()?;
+        let conf = cfg
+            .conf
+            .as_ref()
+            .map(|p| cstr(&p.to_string_lossy()))
+            .transpose()?;
         // SAFETY: valid handle; NULL asks librados to search CEPH_CONF and the default paths.
         let rc = unsafe {
             ffi::rados_conf_read_file(handle, conf.as_ref().map_or(ptr::null(), |s| s.as_ptr()))
@@ -109,7 +119,9 @@ impl Cluster {
         let shown = cfg
             .conf
             .as_ref()
-            .map_or("CEPH_CONF or /etc/ceph/ceph.conf".into(), |p| p.display().to_string());
+            .map_or("CEPH_CONF or /etc/ceph/ceph.conf".into(), |p| {
+                p.display().to_string()
+            });
         if rc < 0 {
             let e = io::Error::from_raw_os_error(-rc);
             return Err(Error::Invalid(format!(
@@ -117,27 +129,44 @@ impl Cluster {
             )));
         }
         // SAFETY: valid handle; NULL means CEPH_ARGS.
-        check(unsafe { ffi::rados_conf_parse_env(handle, ptr::null()) }, "parsing CEPH_ARGS")?;
+        check(
+            unsafe { ffi::rados_conf_parse_env(handle, ptr::null()) },
+            "parsing CEPH_ARGS",
+        )?;
         let t = cfg.op_timeout.max(1).to_string();
-        for opt in ["rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"] {
+        for opt in [
+            "rados_osd_op_timeout",
+            "rados_mon_op_timeout",
+            "client_mount_timeout",
+        ] {
             cluster.set(opt, &t)?;
         }
         // SAFETY: valid, configured handle.
-        check(unsafe { ffi::rados_connect(handle) }, format!("connecting to Ceph ({shown})"))?;
+        check(
+            unsafe { ffi::rados_connect(handle) },
+            format!("connecting to Ceph ({shown})"),
+        )?;
         Ok(cluster)
     }
 
     fn set(&self, opt: &str, value: &str) -> Result<()> {
         let (o, v) = (cstr(opt)?, cstr(value)?);
         // SAFETY: valid handle and C strings.
-        check(unsafe { ffi::rados_conf_set(self.handle, o.as_ptr(), v.as_ptr()) }, opt).map(drop)
+        check(
+            unsafe { ffi::rados_conf_set(self.handle, o.as_ptr(), v.as_ptr()) },
+            opt,
+        )
+        .map(drop)
     }
 
     /// Creates a pool with the cluster's default settings; an existing pool is fine.
     pub fn create_pool(&self, pool: &str) -> Result<()> {
         let p = cstr(pool)?;
         // SAFETY: valid handle and C string.
-        match check(unsafe { ffi::rados_pool_create(self.handle, p.as_ptr()) }, format!("creating pool {pool}")) {
+        match check(
+            unsafe { ffi::rados_pool_create(self.handle, p.as_ptr()) },
+            format!("creating pool {pool}"),
+        ) {
             Err(Error::AlreadyExists(_)) | Ok(_) => Ok(()),
             Err(e) => Err(e),
         }
@@ -150,7 +179,9 @@ impl Cluster {
         // SAFETY: valid handle, C string and out-pointer.
         let rc = unsafe { ffi::rados_ioctx_create(self.handle, p.as_ptr(), &mut io) };
         check(rc, format!("opening pool {pool}")).map_err(|e| match e {
-            Error::NotFound(m) => Error::NotFound(format!("{m} (create it: ferry mkdir rados://{pool})")),
+            Error::NotFound(m) => {
+                Error::NotFound(format!("{m} (create it: ferry mkdir rados://{pool})"))
+            }
             e => e,
         })?;
         Ok(io)

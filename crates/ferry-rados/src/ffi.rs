@@ -27,8 +27,11 @@ extern "C" {
     pub fn rados_connect(cluster: rados_t) -> c_int;
     pub fn rados_shutdown(cluster: rados_t);
     pub fn rados_pool_create(cluster: rados_t, name: *const c_char) -> c_int;
-    pub fn rados_ioctx_create(cluster: rados_t, pool: *const c_char, io: *mut rados_ioctx_t)
-        -> c_int;
+    pub fn rados_ioctx_create(
+        cluster: rados_t,
+        pool: *const c_char,
+        io: *mut rados_ioctx_t,
+    ) -> c_int;
     pub fn rados_ioctx_destroy(io: rados_ioctx_t);
 
     pub fn rados_aio_create_completion2(

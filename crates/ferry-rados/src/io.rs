@@ -91,7 +91,16 @@ impl Pool {
                 let p = part.as_ptr();
                 Aio::start(&what, part, |c| {
                     // SAFETY: the buffer is kept alive by the operation; oid is copied by librados.
-                    unsafe { ffi::rados_aio_write(self.io, o.as_ptr(), c, p.cast(), len, off + done as u64) }
+                    unsafe {
+                        ffi::rados_aio_write(
+                            self.io,
+                            o.as_ptr(),
+                            c,
+                            p.cast(),
+                            len,
+                            off + done as u64,
+                        )
+                    }
                 })?
             };
             check(op.await.0, &what)?;
@@ -125,7 +134,9 @@ impl Pool {
         let o = cstr(oid)?;
         let what = format!("rados remove {oid}");
         // SAFETY: oid is copied by librados.
-        let op = Aio::start(&what, (), |c| unsafe { ffi::rados_aio_remove(self.io, o.as_ptr(), c) })?;
+        let op = Aio::start(&what, (), |c| unsafe {
+            ffi::rados_aio_remove(self.io, o.as_ptr(), c)
+        })?;
         match check(op.await.0, &what) {
             Ok(_) => Ok(true),
             Err(Error::NotFound(_)) => Ok(false),
@@ -139,7 +150,11 @@ impl Pool {
         let what = format!("rados getxattrs {oid}");
         let aio = {
             // SAFETY: a fresh read op, owned by `read` from here on.
-            let mut read = Box::new(XattrRead { op: unsafe { ffi::rados_create_read_op() }, iter: ptr::null_mut(), rval: 0 });
+            let mut read = Box::new(XattrRead {
+                op: unsafe { ffi::rados_create_read_op() },
+                iter: ptr::null_mut(),
+                rval: 0,
+            });
             // SAFETY: the out-pointers point into the box, which the operation keeps alive.
             unsafe { ffi::rados_read_op_getxattrs(read.op, &mut read.iter, &mut read.rval) };
             let op = read.op;
@@ -155,7 +170,10 @@ impl Pool {
         loop {
             let (mut name, mut val, mut len) = (ptr::null(), ptr::null(), 0usize);
             // SAFETY: the iterator is valid until `read` drops; the pointers it hands out too.
-            check(unsafe { ffi::rados_getxattrs_next(read.iter, &mut name, &mut val, &mut len) }, &what)?;
+            check(
+                unsafe { ffi::rados_getxattrs_next(read.iter, &mut name, &mut val, &mut len) },
+                &what,
+            )?;
             if name.is_null() {
                 return Ok(out);
             }
@@ -163,7 +181,11 @@ impl Pool {
             let (n, v) = unsafe {
                 (
                     CStr::from_ptr(name).to_string_lossy().into_owned(),
-                    if len == 0 { Vec::new() } else { std::slice::from_raw_parts(val.cast::<u8>(), len).to_vec() },
+                    if len == 0 {
+                        Vec::new()
+                    } else {
+                        std::slice::from_raw_parts(val.cast::<u8>(), len).to_vec()
+                    },
                 )
             };
             out.insert(n, v);
@@ -173,10 +195,18 @@ impl Pool {
     /// Replaces `oid` by `data` and exactly `xattrs`, in one atomic operation: a reader sees
     /// the old object or the new one. The object is created, then removed, then written, so
     /// that xattrs of an older object (its metadata, a striper lock record) do not survive.
-    pub async fn replace(&self, oid: &str, data: &[u8], xattrs: &[(String, Vec<u8>)]) -> Result<()> {
+    pub async fn replace(
+        &self,
+        oid: &str,
+        data: &[u8],
+        xattrs: &[(String, Vec<u8>)],
+    ) -> Result<()> {
         let o = cstr(oid)?;
         let what = format!("rados write {oid}");
-        let names = xattrs.iter().map(|(n, _)| cstr(n)).collect::<Result<Vec<_>>>()?;
+        let names = xattrs
+            .iter()
+            .map(|(n, _)| cstr(n))
+            .collect::<Result<Vec<_>>>()?;
         // SAFETY: a fresh write op, released by WriteOp's drop.
         let op = WriteOp(unsafe { ffi::rados_create_write_op() });
         // SAFETY: librados copies buffers and names into the op as they are added.
@@ -193,7 +223,14 @@ impl Pool {
             let raw = op.0;
             // SAFETY: the op is kept alive by the operation; oid is copied by librados.
             Aio::start(&what, op, |c| unsafe {
-                ffi::rados_aio_write_op_operate(raw, self.io, c, o.as_ptr(), ptr::null_mut(), ffi::OPERATION_NOFLAG)
+                ffi::rados_aio_write_op_operate(
+                    raw,
+                    self.io,
+                    c,
+                    o.as_ptr(),
+                    ptr::null_mut(),
+                    ffi::OPERATION_NOFLAG,
+                )
             })?
         };
         check(aio.await.0, &what).map(drop)
@@ -203,12 +240,17 @@ impl Pool {
     pub fn names(&self) -> Result<Vec<String>> {
         let mut ctx: ffi::rados_list_ctx_t = ptr::null_mut();
         // SAFETY: valid ioctx and out-pointer.
-        check(unsafe { ffi::rados_nobjects_list_open(self.io, &mut ctx) }, "rados list")?;
+        check(
+            unsafe { ffi::rados_nobjects_list_open(self.io, &mut ctx) },
+            "rados list",
+        )?;
         let mut out = Vec::new();
         let res = loop {
             let mut entry = ptr::null();
             // SAFETY: valid list context; key and namespace are not wanted.
-            let rc = unsafe { ffi::rados_nobjects_list_next(ctx, &mut entry, ptr::null_mut(), ptr::null_mut()) };
+            let rc = unsafe {
+                ffi::rados_nobjects_list_next(ctx, &mut entry, ptr::null_mut(), ptr::null_mut())
+            };
             if rc == -libc::ENOENT {
                 break Ok(out);
             }
@@ -216,7 +258,11 @@ impl Pool {
                 break Err(e);
             }
             // SAFETY: a NUL-terminated name valid until the next call.
-            out.push(unsafe { CStr::from_ptr(entry) }.to_string_lossy().into_owned());
+            out.push(
+                unsafe { CStr::from_ptr(entry) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
         };
         // SAFETY: opened above, closed once.
         unsafe { ffi::rados_nobjects_list_close(ctx) };

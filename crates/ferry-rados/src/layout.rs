@@ -60,13 +60,15 @@ impl Layout {
     /// A layout libradosstriper accepts, or why not.
     pub fn new(stripe_unit: u64, stripe_count: u64, object_size: u64) -> Result<Self> {
         let bad = |what: String| Err(Error::Invalid(format!("rados layout: {what}")));
-        if stripe_unit == 0 || stripe_unit % MIN_UNIT != 0 {
-            return bad(format!("stripe unit {stripe_unit} is not a multiple of 64 KiB"));
+        if stripe_unit == 0 || !stripe_unit.is_multiple_of(MIN_UNIT) {
+            return bad(format!(
+                "stripe unit {stripe_unit} is not a multiple of 64 KiB"
+            ));
         }
         if stripe_count == 0 {
             return bad("stripe count 0".into());
         }
-        if object_size < stripe_unit || object_size % stripe_unit != 0 {
+        if object_size < stripe_unit || !object_size.is_multiple_of(stripe_unit) {
             return bad(format!(
                 "object size {object_size} is not a multiple of the stripe unit {stripe_unit}"
             ));
@@ -181,7 +183,7 @@ impl Layout {
         let sane = layout.stripe_unit > 0
             && layout.stripe_count > 0
             && layout.object_size >= layout.stripe_unit
-            && layout.object_size % layout.stripe_unit == 0;
+            && layout.object_size.is_multiple_of(layout.stripe_unit);
         sane.then_some((layout, num(XATTR_SIZE)?))
     }
 }
@@ -219,8 +221,18 @@ mod tests {
         assert_eq!(
             e,
             vec![
-                Extent { objno: 0, obj_off: 7 * K, buf_off: 0, len: K },
-                Extent { objno: 1, obj_off: 0, buf_off: K, len: 2 * K },
+                Extent {
+                    objno: 0,
+                    obj_off: 7 * K,
+                    buf_off: 0,
+                    len: K
+                },
+                Extent {
+                    objno: 1,
+                    obj_off: 0,
+                    buf_off: K,
+                    len: 2 * K
+                },
             ]
         );
         assert_eq!(l.pieces(0), 1);
@@ -232,9 +244,15 @@ mod tests {
     fn stripes_go_round_robin_then_next_set() {
         // su = K, sc = 3, os = 2K: set of 3 objects holds 6K.
         let l = Layout::new(K, 3, 2 * K).unwrap();
-        let objs: Vec<(u64, u64)> =
-            l.extents(0, 7 * K).iter().map(|e| (e.objno, e.obj_off / K)).collect();
-        assert_eq!(objs, vec![(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0)]);
+        let objs: Vec<(u64, u64)> = l
+            .extents(0, 7 * K)
+            .iter()
+            .map(|e| (e.objno, e.obj_off / K))
+            .collect();
+        assert_eq!(
+            objs,
+            vec![(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0)]
+        );
         assert_eq!(l.pieces(K), 1);
         assert_eq!(l.pieces(2 * K + 1), 3);
         assert_eq!(l.pieces(6 * K), 3);

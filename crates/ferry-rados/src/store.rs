@@ -13,9 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ferry_store::{
-    BlockId, Error, Limits, Meta, ObjectInfo, Result, Store, Upload, META_DIGEST,
-};
+use ferry_store::{BlockId, Error, Limits, Meta, ObjectInfo, Result, Store, Upload, META_DIGEST};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::{OnceCell, Semaphore};
 
@@ -139,8 +137,11 @@ impl RadosStore {
         let first = piece(key, 0);
         let x = self.bounded(pool.xattrs(&first)).await?;
         let text = |k: &str| x.get(k).map(|v| String::from_utf8_lossy(v).into_owned());
-        let (layout, size) = Layout::parse(text)
-            .ok_or_else(|| Error::NotFound(format!("{first} has no striper layout: {key} is not a striped object")))?;
+        let (layout, size) = Layout::parse(text).ok_or_else(|| {
+            Error::NotFound(format!(
+                "{first} has no striper layout: {key} is not a striped object"
+            ))
+        })?;
         // ferry's own metadata: names without a dot (striper.* and lock.* are the striper's).
         let meta = x
             .iter()
@@ -196,7 +197,9 @@ impl RadosStore {
         for (k, v) in p.meta.iter().chain(meta) {
             x.push((k.clone(), v.clone().into_bytes()));
         }
-        let res = self.bounded(pool.replace(&piece(&p.key, 0), &first, &x)).await;
+        let res = self
+            .bounded(pool.replace(&piece(&p.key, 0), &first, &x))
+            .await;
         if res.is_err() {
             // A retried completion needs the bytes again.
             *lock(&p.first) = first;
@@ -225,10 +228,9 @@ impl RadosStore {
     }
 
     fn pending(&self, up: &Upload) -> Result<Arc<Pending>> {
-        lock(&self.uploads)
-            .get(&up.id)
-            .cloned()
-            .ok_or_else(|| Error::Invalid(format!("no upload {} of {} in this process", up.id, up.key)))
+        lock(&self.uploads).get(&up.id).cloned().ok_or_else(|| {
+            Error::Invalid(format!("no upload {} of {} in this process", up.id, up.key))
+        })
     }
 }
 
@@ -328,7 +330,11 @@ impl Store for RadosStore {
         let found: Vec<Option<ObjectInfo>> = futures::stream::iter(keys)
             .map(|key| async move {
                 match self.stat(&key).await {
-                    Ok((_, size, _)) => Ok(Some(ObjectInfo { key, size, ..Default::default() })),
+                    Ok((_, size, _)) => Ok(Some(ObjectInfo {
+                        key,
+                        size,
+                        ..Default::default()
+                    })),
                     // Removed meanwhile, or a first piece without a layout: not an object.
                     Err(Error::NotFound(_)) => Ok(None),
                     Err(e) => Err(e),
@@ -367,16 +373,30 @@ impl Store for RadosStore {
         let id = format!("{:016x}", rand::random::<u64>());
         let p = Arc::new(Pending::new(key, self.layout, meta));
         lock(&self.uploads).insert(id.clone(), p);
-        Ok(Upload { key: key.into(), id })
+        Ok(Upload {
+            key: key.into(),
+            id,
+        })
     }
 
-    async fn put_block(&self, up: &Upload, idx: usize, offset: u64, data: Bytes) -> Result<BlockId> {
+    async fn put_block(
+        &self,
+        up: &Upload,
+        idx: usize,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<BlockId> {
         let p = self.pending(up)?;
         self.write_range(&p, offset, data).await?;
         Ok(BlockId(idx.to_string()))
     }
 
-    async fn complete_upload(&self, up: &Upload, _blocks: Vec<BlockId>, meta: &Meta) -> Result<Option<String>> {
+    async fn complete_upload(
+        &self,
+        up: &Upload,
+        _blocks: Vec<BlockId>,
+        meta: &Meta,
+    ) -> Result<Option<String>> {
         let p = self.pending(up)?;
         let size = self.publish(&p, meta).await?;
         lock(&self.uploads).remove(&up.id);

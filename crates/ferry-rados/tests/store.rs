@@ -29,7 +29,11 @@ async fn upload(s: &RadosStore, key: &str, data: &[u8], block: usize, meta: &Met
     let mut ids = Vec::new();
     for (i, chunk) in blocks.into_iter().rev() {
         let off = (i * block) as u64;
-        ids.push(s.put_block(&up, i, off, Bytes::copy_from_slice(chunk)).await.unwrap());
+        ids.push(
+            s.put_block(&up, i, off, Bytes::copy_from_slice(chunk))
+                .await
+                .unwrap(),
+        );
     }
     ids.reverse();
     s.complete_upload(&up, ids, &Meta::new()).await.unwrap();
@@ -43,7 +47,19 @@ async fn boundary_sizes_round_trip_and_striper_reads_them() {
     let s = store(&c, layout);
     let dir = unique("bounds");
     let set = layout.set_size();
-    let sizes = [0, 1, K - 1, K, K + 1, 2 * K, 2 * K + 1, set - 1, set, set + 1, 3 * set + 5];
+    let sizes = [
+        0,
+        1,
+        K - 1,
+        K,
+        K + 1,
+        2 * K,
+        2 * K + 1,
+        set - 1,
+        set,
+        set + 1,
+        3 * set + 5,
+    ];
     for (i, &size) in sizes.iter().enumerate() {
         let data = random_bytes(size as usize, i as u64);
         let key = format!("{dir}/obj-{size}");
@@ -52,24 +68,39 @@ async fn boundary_sizes_round_trip_and_striper_reads_them() {
         s.put(&key, Bytes::from(data.clone()), &meta).await.unwrap();
         let info = s.head(&key).await.unwrap();
         assert_eq!(info.size, size, "{key}");
-        assert_eq!(s.digest(&info).as_deref(), Some(format!("d{size}").as_str()));
+        assert_eq!(
+            s.digest(&info).as_deref(),
+            Some(format!("d{size}").as_str())
+        );
         assert_eq!(s.get_range(&key, 0..size).await.unwrap(), data, "{key}");
         if size > 3 {
             let r = 1..size - 1;
-            assert_eq!(s.get_range(&key, r.clone()).await.unwrap(), data[1..size as usize - 1]);
+            assert_eq!(
+                s.get_range(&key, r.clone()).await.unwrap(),
+                data[1..size as usize - 1]
+            );
         }
-        assert_eq!(striper_get(&c, &key).as_deref(), Some(&data[..]), "{key} via rados --striper");
+        assert_eq!(
+            striper_get(&c, &key).as_deref(),
+            Some(&data[..]),
+            "{key} via rados --striper"
+        );
     }
     // Listing: one entry per striped object, whatever its pieces.
     let listed = s.list(&dir).await.unwrap();
     assert_eq!(listed.len(), sizes.len());
-    assert!(listed.iter().all(|o| o.key.ends_with(&format!("obj-{}", o.size))));
+    assert!(listed
+        .iter()
+        .all(|o| o.key.ends_with(&format!("obj-{}", o.size))));
     // Delete leaves no piece behind.
     for o in &listed {
         s.delete(&o.key).await.unwrap();
     }
     assert!(s.list(&dir).await.unwrap().is_empty());
-    assert!(!c.raw_names().iter().any(|n| n.starts_with(&dir)), "pieces left");
+    assert!(
+        !c.raw_names().iter().any(|n| n.starts_with(&dir)),
+        "pieces left"
+    );
 }
 
 #[tokio::test]
@@ -91,8 +122,12 @@ async fn uploads_out_of_order_replace_and_shrink() {
     // A one-piece put replaces it in one operation; the old metadata does not survive.
     let mut meta = Meta::new();
     meta.insert("ferry_blocks".into(), "x".into());
-    s.put(&key, Bytes::from_static(b"tiny"), &meta).await.unwrap();
-    s.put(&key, Bytes::from_static(b"tiny2"), &Meta::new()).await.unwrap();
+    s.put(&key, Bytes::from_static(b"tiny"), &meta)
+        .await
+        .unwrap();
+    s.put(&key, Bytes::from_static(b"tiny2"), &Meta::new())
+        .await
+        .unwrap();
     let info = s.head(&key).await.unwrap();
     assert_eq!((info.size, info.meta.len()), (5, 0), "{info:?}");
     assert_eq!(striper_get(&c, &key).unwrap(), b"tiny2");
@@ -116,7 +151,9 @@ async fn an_unfinished_upload_is_invisible_and_abort_cleans_up() {
     assert!(s.list(&key).await.unwrap().is_empty());
     assert!(striper_get(&c, &key).is_none());
     let out = c.rados(&["--striper", "ls"]);
-    assert!(!String::from_utf8_lossy(&out.stdout).lines().any(|l| l == key));
+    assert!(!String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l == key));
     s.abort_upload(&up).await.unwrap();
     assert!(!c.raw_names().iter().any(|n| n.starts_with(&key)));
 }
@@ -126,7 +163,10 @@ async fn reads_what_rados_striper_put_wrote() {
     let Some(c) = ceph() else { return };
     let s = store(&c, Layout::default());
     let dir = tempdir();
-    for (i, size) in [0usize, 1, (4 << 20) - 1, 4 << 20, (9 << 20) + 3].into_iter().enumerate() {
+    for (i, size) in [0usize, 1, (4 << 20) - 1, 4 << 20, (9 << 20) + 3]
+        .into_iter()
+        .enumerate()
+    {
         let key = unique("striper");
         let data = random_bytes(size, 10 + i as u64);
         let path = dir.join(&key);
@@ -134,7 +174,11 @@ async fn reads_what_rados_striper_put_wrote() {
         c.rados(&["--striper", "put", &key, path.to_str().unwrap()]);
         let info = s.head(&key).await.unwrap();
         assert_eq!(info.size, size as u64);
-        assert_eq!(s.get_range(&key, 0..size as u64).await.unwrap(), data, "{size} bytes");
+        assert_eq!(
+            s.get_range(&key, 0..size as u64).await.unwrap(),
+            data,
+            "{size} bytes"
+        );
         assert!(s.list("").await.unwrap().iter().any(|o| o.key == key));
         s.delete(&key).await.unwrap();
         assert!(striper_get(&c, &key).is_none());

@@ -11,6 +11,7 @@ mod walkit;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::{RwLock, RwLockReadGuard};
 
 use common::{s, temp_dir};
 use ferry_testkit::ceph::{ceph, Ceph};
@@ -18,13 +19,24 @@ use ferry_testkit::{random_file, same_file, unique};
 
 const MIB: u64 = 1 << 20;
 
+/// Tests share the cluster; the one that freezes its OSD runs alone.
+static OSD: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    OSD.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn ferry(c: &Ceph, args: &[&str]) -> std::process::Output {
     common::ferry_env(args, &[("CEPH_CONF", &c.conf)], None)
 }
 
 fn ok(c: &Ceph, args: &[&str]) {
     let out = ferry(c, args);
-    assert!(out.status.success(), "ferry {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ferry {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn url(c: &Ceph, key: &str) -> String {
@@ -36,7 +48,10 @@ fn both_ways(c: &Ceph, src: &Path, key: &str) {
     ok(c, &["-q", "cp", s(src), &url(c, key)]);
     let via_rados = src.with_extension("rados");
     c.rados(&["--striper", "get", key, s(&via_rados)]);
-    assert!(same_file(src, &via_rados), "rados --striper get {key} differs");
+    assert!(
+        same_file(src, &via_rados),
+        "rados --striper get {key} differs"
+    );
     let via_ferry = src.with_extension("ferry");
     ok(c, &["-q", "cp", &url(c, key), s(&via_ferry)]);
     assert!(same_file(src, &via_ferry), "ferry cp of {key} differs");
@@ -47,18 +62,31 @@ fn both_ways(c: &Ceph, src: &Path, key: &str) {
 
 /// Every raw RADOS object whose name starts with `prefix`.
 fn pieces(c: &Ceph, prefix: &str) -> Vec<String> {
-    c.raw_names().into_iter().filter(|n| n.starts_with(prefix)).collect()
+    c.raw_names()
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .collect()
 }
 
 #[test]
 fn sizes_around_stripe_and_object_boundaries_both_ways() {
     let Some(c) = ceph() else { return };
+    let _osd = shared();
     let dir = temp_dir();
     let pre = unique("sizes");
     // Default layout: 4 MiB objects. Small objects take one piece, the rest several.
-    for (i, size) in [0, 1, MIB, 4 * MIB - 1, 4 * MIB, 4 * MIB + 1, 8 * MIB, 13 * MIB + 7]
-        .into_iter()
-        .enumerate()
+    for (i, size) in [
+        0,
+        1,
+        MIB,
+        4 * MIB - 1,
+        4 * MIB,
+        4 * MIB + 1,
+        8 * MIB,
+        13 * MIB + 7,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let src = dir.join(format!("f{size}"));
         random_file(&src, size, i as u64);
@@ -76,6 +104,7 @@ fn sizes_around_stripe_and_object_boundaries_both_ways() {
 #[test]
 fn reads_what_rados_striper_put_wrote() {
     let Some(c) = ceph() else { return };
+    let _osd = shared();
     let dir = temp_dir();
     for (i, size) in [0, 1, 4 * MIB, 9 * MIB + 5].into_iter().enumerate() {
         let key = unique("striper-put");
@@ -93,21 +122,34 @@ fn reads_what_rados_striper_put_wrote() {
 #[test]
 fn stdin_stream_of_unknown_length() {
     let Some(c) = ceph() else { return };
+    let _osd = shared();
     let key = unique("stream");
     let data = ferry_testkit::random_bytes((21 * MIB + 3) as usize, 7);
-    let out = common::ferry_env(&["-q", "cp", "-", &url(&c, &key)], &[("CEPH_CONF", &c.conf)], Some(&data));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = common::ferry_env(
+        &["-q", "cp", "-", &url(&c, &key)],
+        &[("CEPH_CONF", &c.conf)],
+        Some(&data),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got = c.rados(&["--striper", "get", &key, "-"]).stdout;
     assert!(got == data, "rados --striper get of the stream differs");
     let out = ferry(&c, &["cp", &url(&c, &key), "-"]);
     assert!(out.stdout == data, "ferry cp to stdout differs");
     c.rados(&["--striper", "rm", &key]);
-    assert!(pieces(&c, &key).is_empty(), "rados --striper rm left pieces of ferry's object");
+    assert!(
+        pieces(&c, &key).is_empty(),
+        "rados --striper rm left pieces of ferry's object"
+    );
 }
 
 #[test]
 fn one_gib_both_ways() {
     let Some(c) = ceph() else { return };
+    let _osd = shared();
     let dir = temp_dir();
     let src = dir.join("big");
     random_file(&src, 1 << 30, 1);
@@ -121,6 +163,7 @@ fn one_gib_both_ways() {
 #[test]
 fn osd_frozen_mid_write_fails_clearly_and_shows_nothing() {
     let Some(c) = ceph() else { return };
+    let _alone = OSD.write().unwrap_or_else(|e| e.into_inner());
     let key = unique("frozen");
     let data = ferry_testkit::random_bytes((40 * MIB) as usize, 5);
     // Short bounds, so that the failure comes in seconds rather than minutes.
@@ -161,12 +204,23 @@ fn osd_frozen_mid_write_fails_clearly_and_shows_nothing() {
     common::fails_with(&out, "timed out");
     // Nothing under the final name, for ferry or for the striper.
     let ls = ferry(&c, &["ls", &url(&c, &key)]);
-    assert!(ls.stdout.is_empty(), "{}", String::from_utf8_lossy(&ls.stdout));
+    assert!(
+        ls.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&ls.stdout)
+    );
     assert!(!c.try_rados(&["--striper", "stat", &key]).status.success());
-    assert!(!c.try_rados(&["stat", &format!("{key}.0000000000000000")]).status.success());
+    assert!(!c
+        .try_rados(&["stat", &format!("{key}.0000000000000000")])
+        .status
+        .success());
     // The OSD is back: the same write succeeds and reads back whole.
     let out = common::ferry_env(&["-q", "cp", "-", &url(&c, &key)], &env, Some(&data));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(c.rados(&["--striper", "get", &key, "-"]).stdout == data);
     c.rados(&["--striper", "rm", &key]);
 }
@@ -184,6 +238,7 @@ fn rados_repo(c: &Ceph, tag: &str) -> repokit::Repo {
 #[test]
 fn backup_repository_round_trip() {
     let Some(c) = ceph() else { return };
+    let _osd = shared();
     let repo = rados_repo(&c, "bk");
     let dir = repokit::scratch("bk-rados");
     let src = dir.join("src");
@@ -204,9 +259,13 @@ fn backup_repository_round_trip() {
 #[test]
 fn wal_archive_sync_round_trip() {
     let Some(c) = ceph() else { return };
+    let _osd = shared();
     let repo_url = url(&c, &unique("wal"));
     // The local repository walkit makes is overridden: the archive lives in the pool.
-    let extra = [("FERRY_REPO", repo_url.as_str()), ("CEPH_CONF", c.conf.as_str())];
+    let extra = [
+        ("FERRY_REPO", repo_url.as_str()),
+        ("CEPH_CONF", c.conf.as_str()),
+    ];
     let Some(rig) = walkit::Rig::new(&walkit::Repo::Local, false, &extra) else {
         return;
     };
