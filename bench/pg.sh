@@ -58,7 +58,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 START_DATE=$(date -u +%FT%TZ) LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
-FERRY_VERSION="$("$FERRY" --version | sed -n 1p), binary of $(date -u -r "$FERRY" +%FT%TZ) (HEAD then: $(git rev-parse --short HEAD 2>/dev/null))"
+FERRY_VERSION="$("$FERRY" --version | sed -n 1p), binary of $(date -u -r "$FERRY" +%FT%TZ) (HEAD at the run: $(git rev-parse --short HEAD 2>/dev/null))"
 if [[ " $TARGETS " == *" s3 "* ]]; then
   LINK_TLS=1 link_up "$gib"   # pgBackRest speaks S3 only over https: so do both, same path
 else
