@@ -131,6 +131,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
+            if e.downcast_ref::<cmd::Miss>().is_some() {
+                eprintln!("ferry: {msg}");
+                return ExitCode::FAILURE;
+            }
             eprintln!("ferry: error: {msg}");
             if e.downcast_ref::<cmd::backup::Incomplete>().is_some() {
                 ExitCode::from(3)

@@ -309,7 +309,10 @@ pub async fn fetch_cmd(
     // one needs no password, and so no Argon2.
     let plain = open_archive(g, stores, engine, wal.compress_level, false).await?;
     let archive = match plain.peek(&name).await {
-        Err(Error::NotFound(_)) => bail!("{name} is not in archive {}", plain.url()),
+        Err(Error::NotFound(_)) => {
+            let url = plain.url();
+            return Err(super::Miss(format!("{name} is not in archive {url}")).into());
+        }
         Ok(h) if h.cipher == Cipher::XChaCha20Poly1305 => {
             open_archive(g, stores, engine, wal.compress_level, true).await?
         }
@@ -319,7 +322,9 @@ pub async fn fetch_cmd(
     };
     match fetch::fetch_to(&archive, &name, &args.dest).await {
         Ok(()) => report(out, &args.dest, "fetched"),
-        Err(Error::NotFound(_)) => bail!("{name} is not in archive {}", archive.url()),
+        Err(Error::NotFound(_)) => {
+            Err(super::Miss(format!("{name} is not in archive {}", archive.url())).into())
+        }
         Err(e) => Err(e.into()),
     }
 }
