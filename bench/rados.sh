@@ -55,7 +55,7 @@ for l in ${LAYOUTS:-default}; do
   "${R[@]}" --striper get bench-ferry "$W/out" && cmp -s "$W/src" "$W/out" ||
     { echo "rados --striper get of ferry's object: data differs" >&2; exit 1; }
   best FR ferry_get
-  printf '%-32s %9s %9s   ratio write %.2fx read %.2fx\n' "ferry ($l)" "$(mbps "$FW")" "$(mbps "$FR")" \
+  printf '%-32s %9s %9s   ferry/rados: write %.2fx read %.2fx\n' "ferry ($l)" "$(mbps "$FW")" "$(mbps "$FR")" \
     "$(echo "$RW / $FW" | bc -l)" "$(echo "$RR / $FR" | bc -l)"
   "${R[@]}" --striper rm bench-ferry
 done

@@ -18,7 +18,7 @@ pub const CREATE_IDEMPOTENT: c_int = 0;
 /// `LIBRADOS_OPERATION_NOFLAG`.
 pub const OPERATION_NOFLAG: c_int = 0;
 
-#[link(name = "rados")]
+// Linked by build.rs, which finds librados.
 extern "C" {
     pub fn rados_create(cluster: *mut rados_t, id: *const c_char) -> c_int;
     pub fn rados_conf_read_file(cluster: rados_t, path: *const c_char) -> c_int;

@@ -1,4 +1,5 @@
 //! The store against the one-node cluster, checked byte for byte with the `rados` CLI.
+#![cfg(librados)]
 
 use bytes::Bytes;
 use ferry_rados::{Config, Layout, RadosStore};

@@ -123,7 +123,7 @@ impl Stores {
 /// first use.
 #[cfg(feature = "rados")]
 fn rados(pool: &str) -> Result<SharedStore> {
-    Ok(Arc::new(ferry_rados::RadosStore::new(pool)?))
+    Ok(ferry_rados::open(pool)?)
 }
 
 /// Without the `rados` feature there is no librados to link against.
