@@ -309,6 +309,8 @@ pub async fn restore(
                     .await;
                 tokio::task::spawn_blocking(move || {
                     let mut bad: Vec<(usize, String)> = Vec::new();
+                    // The blobs of one read mostly land in one file: open it once for them.
+                    let mut open: Option<(usize, fs::File)> = None;
                     for (o, l, id, targets) in r.blobs {
                         let what = format!("blob {} in pack {}", id.short(), r.pack.short());
                         let plain = match &fetched {
@@ -328,11 +330,18 @@ pub async fn restore(
                         let zeros = plain.iter().all(|&b| b == 0);
                         for (item, off) in targets {
                             if !zeros {
-                                let w = fs::OpenOptions::new()
-                                    .write(true)
-                                    .open(&paths[item])
-                                    .and_then(|f| f.write_all_at(&plain, off));
-                                if let Err(e) = w {
+                                if open.as_ref().is_none_or(|(i, _)| *i != item) {
+                                    match fs::OpenOptions::new().write(true).open(&paths[item]) {
+                                        Ok(f) => open = Some((item, f)),
+                                        Err(e) => {
+                                            open = None;
+                                            bad.push((item, e.to_string()));
+                                            continue;
+                                        }
+                                    }
+                                }
+                                let (_, f) = open.as_ref().expect("opened above");
+                                if let Err(e) = f.write_all_at(&plain, off) {
                                     bad.push((item, e.to_string()));
                                 }
                             }
