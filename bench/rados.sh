@@ -5,11 +5,14 @@
 #   SIZE=256M RUNS=1 bench/rados.sh         # smoke
 #   LAYOUTS="4M:1:4M 4M:4:4M 1M:8:4M 8M:1:8M 16M:1:16M" bench/rados.sh   # how the default was chosen
 # Env: SIZE, RUNS (best of; default 3), LAYOUTS (stripe_unit:stripe_count:object_size for
-# ferry; empty: its default), FERRY (default target/release/ferry), POOL (default ferry).
+# ferry; empty: its default), FERRY (default target/release/ferry), POOL (default ferry),
+# STORE_BIN (default target/release/examples/throughput: the store without the transfer
+# engine, `cargo build --release -p ferry-rados --example throughput`; skipped when missing).
 # Uses $CEPH_CONF when set, else starts the cluster itself (and stops it at the end).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FERRY=$(realpath -m "${FERRY:-target/release/ferry}")
+STORE_BIN=$(realpath -m "${STORE_BIN:-target/release/examples/throughput}")
 [ -x "$FERRY" ] || { echo "rados.sh: no $FERRY (cargo build --release --features ferry/rados)" >&2; exit 1; }
 SIZE=$(numfmt --from=iec "${SIZE:-1G}") RUNS=${RUNS:-3} POOL=${POOL:-ferry}
 # Scratch in RAM when there is room, so the local disk never sets the pace.
@@ -59,3 +62,11 @@ for l in ${LAYOUTS:-default}; do
     "$(echo "$RW / $FW" | bc -l)" "$(echo "$RR / $FR" | bc -l)"
   "${R[@]}" --striper rm bench-ferry
 done
+unset FERRY_RADOS_STRIPE_UNIT FERRY_RADOS_STRIPE_COUNT FERRY_RADOS_OBJECT_SIZE
+if [ -x "$STORE_BIN" ]; then
+  # No file, no MD5, one in-memory block reused: what the store itself sustains.
+  line=$("$STORE_BIN" "$POOL" $(( SIZE >> 20 )) 16)
+  sw=$(sed 's/.*write \([0-9.]*\).*/\1/' <<<"$line") sr=$(sed 's/.*read \([0-9.]*\).*/\1/' <<<"$line")
+  printf '%-32s %9s %9s   store/rados: write %.2fx read %.2fx\n' "store alone (default, 16 deep)" "$sw" "$sr" \
+    "$(echo "$sw / $(mbps "$RW")" | bc -l)" "$(echo "$sr / $(mbps "$RR")" | bc -l)"
+fi
