@@ -1,13 +1,17 @@
 //! `ferry pg backup`: a base backup through the non-exclusive backup API.
 //!
 //! pg_backup_start (with a fast checkpoint), the data directory read in parallel by the
-//! repository's archiver, then pg_backup_stop, which waits until the last WAL segment the
-//! backup needs is archived. The snapshot, carrying the label and the WAL range, is written
-//! only then: a backup in the repository always has its WAL in the archive.
+//! repository's archiver, then pg_backup_stop, and a wait until the last WAL segment the
+//! backup needs is in this repository's archive. The snapshot, carrying the label and the WAL
+//! range, is written only then: a backup in the repository always has its WAL in the archive.
+//!
+//! The wait is ours, not pg_backup_stop's: PostgreSQL checks its archiver once a second, and
+//! only the repository says whether the segment is stored where a restore will look.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ferry_repo::archiver::{Archiver, BackupProgress};
 use ferry_repo::{Id, Repo, Snapshot};
@@ -63,6 +67,31 @@ async fn now_us(c: &Client) -> Result<i64> {
         .await
         .map_err(db("read the time"))?;
     Ok(r.get(0))
+}
+
+/// How long the backup's last segment may take to reach the archive.
+const ARCHIVE_WAIT: Duration = Duration::from_secs(600);
+
+/// Waits until `name` is in `repo`'s WAL archive.
+async fn wait_archived(repo: &Repo, name: &str) -> Result<()> {
+    let archive = crate::walview::archive(repo);
+    let wal = ferry_wal::WalName::parse(name)?;
+    let start = Instant::now();
+    loop {
+        match archive.peek(&wal).await {
+            Ok(_) => return Ok(()),
+            Err(Error::NotFound(_)) if start.elapsed() < ARCHIVE_WAIT => {}
+            Err(Error::NotFound(_)) => {
+                return Err(Error::Transient(format!(
+                    "WAL segment {name}, which the backup needs, did not reach {} within {}s:                      is archive_command 'ferry wal-push %p' into this repository?",
+                    repo.url(),
+                    ARCHIVE_WAIT.as_secs()
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Backs up the cluster `opts.conninfo` reaches into `repo`.
@@ -169,12 +198,14 @@ pub async fn backup(
 
     let r = c
         .query_one(
-            "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn) FROM pg_backup_stop(true)",
+            "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn) FROM pg_backup_stop(false)",
             &[],
         )
         .await
         .map_err(db("stop the backup"))?;
     let stop_lsn: Lsn = r.get::<_, String>(0).parse().map_err(Error::Permanent)?;
+    let stop_wal: String = r.get(3);
+    wait_archived(&repo, &stop_wal).await?;
     let spcmap: Option<String> = r.get(2);
     let record = PgBackup {
         system_id,
@@ -184,7 +215,7 @@ pub async fn backup(
         start_lsn,
         stop_lsn,
         start_wal,
-        stop_wal: r.get(3),
+        stop_wal,
         start_time,
         stop_time: now_us(&c).await?,
         label: r.get(1),

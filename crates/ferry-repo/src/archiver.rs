@@ -286,16 +286,9 @@ impl Archiver {
         let mut ids = Vec::new();
         let mut read = 0u64;
         if let Chunking::Fixed(block) = self.policy.chunking(path) {
-            let mut f = fs::File::open(path).map_err(io)?;
-            let mut buf = vec![0u8; block as usize];
-            loop {
-                let n = read_full(&mut f, &mut buf).map_err(io)?;
-                if n == 0 {
-                    break;
-                }
-                read += n as u64;
-                ids.push(self.add_blob(BlobKind::Data, &buf[..n])?);
-            }
+            let f = fs::File::open(path).map_err(io)?;
+            let store = |b: &[u8]| self.add_blob(BlobKind::Data, b);
+            return crate::blocks::cut(&f, size, block, &store, &path.display());
         } else if size <= u64::from(cfg.chunk_min) {
             // A small file is one chunk: no chunker buffer for it.
             let mut buf = Vec::with_capacity(size as usize);
@@ -740,18 +733,4 @@ impl Archiver {
             errors,
         })
     }
-}
-
-/// Reads until `buf` is full or the file ends; the bytes read.
-fn read_full(f: &mut fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }

@@ -9,6 +9,7 @@
 
 pub mod archiver;
 pub mod blob;
+pub(crate) mod blocks;
 pub mod checker;
 pub mod crypto;
 pub mod forget;
