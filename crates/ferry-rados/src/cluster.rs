@@ -167,9 +167,55 @@ impl Cluster {
             unsafe { ffi::rados_pool_create(self.handle, p.as_ptr()) },
             format!("creating pool {pool}"),
         ) {
-            Err(Error::AlreadyExists(_)) | Ok(_) => Ok(()),
+            Err(Error::AlreadyExists(_)) => Ok(()),
+            Ok(_) => {
+                // An untagged pool puts the cluster in HEALTH_WARN; failing to tag costs only that.
+                let name = pool.replace('\\', "\\\\").replace('"', "\\\"");
+                let json = format!(
+                    r#"{{"prefix": "osd pool application enable", "pool": "{name}", "app": "rados"}}"#
+                );
+                if let Err(e) = self.mon_command(&json) {
+                    tracing::warn!("tagging pool {pool} with application rados: {e}");
+                }
+                Ok(())
+            }
             Err(e) => Err(e),
         }
+    }
+
+    /// Sends one JSON command to the monitors.
+    fn mon_command(&self, json: &str) -> Result<()> {
+        let c = cstr(json)?;
+        let mut cmd = [c.as_ptr()];
+        let (mut out, mut outlen) = (ptr::null_mut(), 0);
+        let (mut outs, mut outslen) = (ptr::null_mut(), 0);
+        // SAFETY: valid handle and command array; librados allocates the outputs, freed below.
+        let rc = unsafe {
+            ffi::rados_mon_command(
+                self.handle,
+                cmd.as_mut_ptr(),
+                1,
+                ptr::null(),
+                0,
+                &mut out,
+                &mut outlen,
+                &mut outs,
+                &mut outslen,
+            )
+        };
+        // SAFETY: buffers librados allocated (or null), read within their length, freed once.
+        let status = unsafe {
+            let text = if outs.is_null() {
+                String::new()
+            } else {
+                let s = std::slice::from_raw_parts(outs.cast::<u8>(), outslen);
+                String::from_utf8_lossy(s).into_owned()
+            };
+            ffi::rados_buffer_free(out);
+            ffi::rados_buffer_free(outs);
+            text
+        };
+        check(rc, format!("{json}: {status}")).map(drop)
     }
 
     /// An I/O context on `pool`.

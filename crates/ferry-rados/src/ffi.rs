@@ -27,6 +27,18 @@ extern "C" {
     pub fn rados_connect(cluster: rados_t) -> c_int;
     pub fn rados_shutdown(cluster: rados_t);
     pub fn rados_pool_create(cluster: rados_t, name: *const c_char) -> c_int;
+    pub fn rados_mon_command(
+        cluster: rados_t,
+        cmd: *mut *const c_char,
+        cmdlen: usize,
+        inbuf: *const c_char,
+        inbuflen: usize,
+        outbuf: *mut *mut c_char,
+        outbuflen: *mut usize,
+        outs: *mut *mut c_char,
+        outslen: *mut usize,
+    ) -> c_int;
+    pub fn rados_buffer_free(buf: *mut c_char);
     pub fn rados_ioctx_create(
         cluster: rados_t,
         pool: *const c_char,

@@ -225,6 +225,41 @@ fn osd_frozen_mid_write_fails_clearly_and_shows_nothing() {
     c.rados(&["--striper", "rm", &key]);
 }
 
+#[test]
+fn mkdir_creates_a_tagged_pool() {
+    let Some(c) = ceph() else { return };
+    let _osd = shared();
+    let pool = unique("pool");
+    ok(&c, &["mkdir", &format!("rados://{pool}")]);
+    let ceph_cli = |args: &[&str]| {
+        Command::new("ceph")
+            .args(["-c", &c.conf])
+            .args(args)
+            .output()
+            .expect("run the ceph CLI")
+    };
+    let app = ceph_cli(&["osd", "pool", "application", "get", &pool]);
+    assert!(
+        String::from_utf8_lossy(&app.stdout).contains("\"rados\""),
+        "{app:?}"
+    );
+    let src = temp_dir().join("one");
+    random_file(&src, 5 * MIB, 3);
+    ok(&c, &["-q", "cp", s(&src), &format!("rados://{pool}/one")]);
+    // Again: an existing pool is fine.
+    ok(&c, &["mkdir", &format!("rados://{pool}")]);
+    let rm = ceph_cli(&[
+        "osd",
+        "pool",
+        "rm",
+        &pool,
+        &pool,
+        "--yes-i-really-really-mean-it",
+    ]);
+    assert!(rm.status.success(), "{rm:?}");
+    std::fs::remove_dir_all(src.parent().unwrap()).unwrap();
+}
+
 fn rados_repo(c: &Ceph, tag: &str) -> repokit::Repo {
     repokit::Repo {
         url: url(c, &unique(tag)),
