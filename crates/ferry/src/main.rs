@@ -131,15 +131,19 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
-            if e.downcast_ref::<cmd::Miss>().is_some() {
-                eprintln!("ferry: {msg}");
-                return ExitCode::FAILURE;
-            }
-            eprintln!("ferry: error: {msg}");
-            if e.downcast_ref::<cmd::backup::Incomplete>().is_some() {
-                ExitCode::from(3)
-            } else {
-                ExitCode::FAILURE
+            match e.downcast_ref::<cmd::Exit>() {
+                Some(cmd::Exit::Miss(_)) => {
+                    eprintln!("ferry: {msg}");
+                    ExitCode::FAILURE
+                }
+                Some(cmd::Exit::Incomplete(_)) => {
+                    eprintln!("ferry: error: {msg}");
+                    ExitCode::from(3)
+                }
+                None => {
+                    eprintln!("ferry: error: {msg}");
+                    ExitCode::FAILURE
+                }
             }
         }
     }

@@ -15,17 +15,6 @@ use crate::places::Stores;
 use crate::progress::Bar;
 use crate::Output;
 
-/// A run that finished but left things out: exit status 3, as restic does.
-#[derive(Debug)]
-pub struct Incomplete(pub String);
-
-impl std::fmt::Display for Incomplete {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for Incomplete {}
-
 /// The progress bar backups and restores draw.
 pub(crate) struct BarProgress {
     pub(crate) bar: Bar,
@@ -184,7 +173,7 @@ async fn run_backup(
         for e in &outcome.errors {
             eprintln!("ferry: could not read {e}");
         }
-        return Err(Incomplete(format!(
+        return Err(super::Exit::Incomplete(format!(
             "snapshot {} saved without {} unreadable files or directories (listed above)",
             outcome.id.short(),
             outcome.errors.len()

@@ -8,15 +8,22 @@ pub mod pg;
 pub mod repo;
 pub mod wal;
 
-/// An outcome that exits 1 but is no error: a WAL file PostgreSQL probes for (the next
-/// timeline's history, the segment past the archive's end) and the archive lacks. Said
-/// without "error", since every recovery logs a few.
+/// A non-zero exit that is not an error in the usual sense.
 #[derive(Debug)]
-pub struct Miss(pub String);
+pub enum Exit {
+    /// A run that finished but left things out: exit status 3, as restic does.
+    Incomplete(String),
+    /// A WAL file PostgreSQL probes for (the next timeline's history, the segment past the
+    /// archive's end) that the archive lacks: exit 1, said without "error", since every
+    /// recovery logs a few.
+    Miss(String),
+}
 
-impl std::fmt::Display for Miss {
+impl std::fmt::Display for Exit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            Exit::Incomplete(m) | Exit::Miss(m) => f.write_str(m),
+        }
     }
 }
-impl std::error::Error for Miss {}
+impl std::error::Error for Exit {}

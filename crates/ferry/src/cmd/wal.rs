@@ -311,7 +311,7 @@ pub async fn fetch_cmd(
     let archive = match plain.peek(&name).await {
         Err(Error::NotFound(_)) => {
             let url = plain.url();
-            return Err(super::Miss(format!("{name} is not in archive {url}")).into());
+            return Err(super::Exit::Miss(format!("{name} is not in archive {url}")).into());
         }
         Ok(h) if h.cipher == Cipher::XChaCha20Poly1305 => {
             open_archive(g, stores, engine, wal.compress_level, true).await?
@@ -323,7 +323,7 @@ pub async fn fetch_cmd(
     match fetch::fetch_to(&archive, &name, &args.dest).await {
         Ok(()) => report(out, &args.dest, "fetched"),
         Err(Error::NotFound(_)) => {
-            Err(super::Miss(format!("{name} is not in archive {}", archive.url())).into())
+            Err(super::Exit::Miss(format!("{name} is not in archive {}", archive.url())).into())
         }
         Err(e) => Err(e.into()),
     }
