@@ -71,24 +71,53 @@ async fn now_us(c: &Client) -> Result<i64> {
 
 /// How long the backup's last segment may take to reach the archive.
 const ARCHIVE_WAIT: Duration = Duration::from_secs(600);
+/// How long a segment PostgreSQL reports archived may take to show in this repository
+/// before its archive_command is taken to go elsewhere.
+const ELSEWHERE_GRACE: Duration = Duration::from_secs(15);
 
-/// Waits until `name` is in `repo`'s WAL archive.
-async fn wait_archived(repo: &Repo, name: &str) -> Result<()> {
+/// Waits until `name` is in `repo`'s WAL archive. Fails early when PostgreSQL says it
+/// archived the segment and the repository still lacks it: archive_command goes elsewhere.
+async fn wait_archived(c: &Client, repo: &Repo, name: &str) -> Result<()> {
     let archive = crate::walview::archive(repo);
     let wal = ferry_wal::WalName::parse(name)?;
     let start = Instant::now();
+    let mut asked = start;
+    let mut archived_at: Option<Instant> = None;
+    let elsewhere = |why: &str| {
+        Error::Permanent(format!(
+            "WAL segment {name}, which the backup needs, is not in {} ({why}): archive_command \
+             must be 'ferry wal-push %p' into this repository",
+            repo.url()
+        ))
+    };
     loop {
         match archive.peek(&wal).await {
             Ok(_) => return Ok(()),
-            Err(Error::NotFound(_)) if start.elapsed() < ARCHIVE_WAIT => {}
-            Err(Error::NotFound(_)) => {
-                return Err(Error::Transient(format!(
-                    "WAL segment {name}, which the backup needs, did not reach {} within {}s:                      is archive_command 'ferry wal-push %p' into this repository?",
-                    repo.url(),
-                    ARCHIVE_WAIT.as_secs()
-                )))
-            }
+            Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
+        }
+        if start.elapsed() > ARCHIVE_WAIT {
+            let why = format!("not archived within {}s", ARCHIVE_WAIT.as_secs());
+            return Err(elsewhere(&why));
+        }
+        if archived_at.is_none() && asked.elapsed() > Duration::from_millis(500) {
+            asked = Instant::now();
+            let r = c
+                .query_one(
+                    "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver",
+                    &[],
+                )
+                .await
+                .map_err(db("read pg_stat_archiver"))?;
+            let last: String = r.get(0);
+            // Segments and backup labels (`<segment>.<offset>.backup`) of the same timeline
+            // sort by position.
+            if last.len() >= 24 && last[..8] == name[..8] && &last[..24] >= name {
+                archived_at = Some(Instant::now());
+            }
+        }
+        if archived_at.is_some_and(|t| t.elapsed() > ELSEWHERE_GRACE) {
+            return Err(elsewhere("PostgreSQL reports it archived"));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -205,7 +234,7 @@ pub async fn backup(
         .map_err(db("stop the backup"))?;
     let stop_lsn: Lsn = r.get::<_, String>(0).parse().map_err(Error::Permanent)?;
     let stop_wal: String = r.get(3);
-    wait_archived(&repo, &stop_wal).await?;
+    wait_archived(&c, &repo, &stop_wal).await?;
     let spcmap: Option<String> = r.get(2);
     let record = PgBackup {
         system_id,

@@ -78,6 +78,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// The block digest the store vouches for, if any (S3's multipart ETag, or ferry's own
     /// record in metadata where the store computes none).
     fn digest(&self, info: &ObjectInfo) -> Option<String>;
+    /// Whether the store checks or keeps the block digests ferry computes while writing (S3's
+    /// ETag, recorded metadata). A store that does neither saves the hashing: local disk
+    /// writes, fsyncs and renames, and keeps no metadata.
+    fn wants_digest(&self) -> bool {
+        true
+    }
     /// Writes a whole object in one request.
     async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()>;
     /// Reads `range` of an object; the range must lie within it.

@@ -127,6 +127,10 @@ impl Store for LocalStore {
         None
     }
 
+    fn wants_digest(&self) -> bool {
+        false
+    }
+
     async fn put(&self, key: &str, data: Bytes, _meta: &Meta) -> Result<()> {
         let dst = self.path(key);
         blocking(move || {

@@ -64,9 +64,10 @@ impl Engine {
                         .await?
                 }
             };
-            let got = digest::compose(&[md5_of(&data).await], true);
+            let need = dst.wants_digest() || expect.is_some();
+            let got = digest::compose(&[md5_of(&data, need).await], true);
             check(expect.as_deref(), &got, src_key)?;
-            let meta = meta_with(plan, Some(&got));
+            let meta = meta_with(plan, need.then_some(got.as_str()));
             let what = format!("write {dst_key}");
             self.retry(&what, size, || dst.put(dst_key, data.clone(), &meta))
                 .await?;
@@ -82,6 +83,7 @@ impl Engine {
             .retry(&what, 0, || dst.start_upload(dst_key, &start_meta))
             .await?;
         let up = &up;
+        let need = dst.wants_digest() || expect.is_some();
         let sent = futures::stream::iter(blocks.iter().copied().enumerate())
             .map(|(i, (off, len))| async move {
                 let _slot = self.sched.slot(class).await;
@@ -90,7 +92,7 @@ impl Engine {
                 let data = self
                     .retry(&what, len, || src.get_range(src_key, off..off + len))
                     .await?;
-                let md5 = md5_of(&data).await;
+                let md5 = md5_of(&data, need).await;
                 let what = format!("write {dst_key} block {i}");
                 let id = self
                     .retry(&what, len, || dst.put_block(up, i, off, data.clone()))
@@ -143,9 +145,10 @@ impl Engine {
             )));
         }
         let (ids, md5s): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+        let need = dst.wants_digest() || expect.is_some();
         let got = digest::compose(&md5s, false);
         check(expect, &got, src_name)?;
-        let meta = meta_with(plan, Some(&got));
+        let meta = meta_with(plan, need.then_some(got.as_str()));
         let what = format!("complete {}", up.key);
         let done = self
             .retry(&what, 0, || dst.complete_upload(up, ids.clone(), &meta))

@@ -49,8 +49,9 @@ impl Engine {
             drop(next_mem);
             let size = first.len() as u64;
             progress.add_total(size);
-            let got = digest::compose(&[md5_of(&first).await], true);
-            let meta = meta_with(plan, Some(&got));
+            let need = dst.wants_digest();
+            let got = digest::compose(&[md5_of(&first, need).await], true);
+            let meta = meta_with(plan, need.then_some(got.as_str()));
             let _slot = self.sched.slot(class).await;
             self.retry(&format!("write {key}"), size, || {
                 dst.put(key, first.clone(), &meta)
@@ -145,7 +146,7 @@ impl Engine {
         progress: Arc<dyn Progress>,
     ) -> Result<(usize, ferry_store::BlockId, [u8; 16])> {
         let len = data.len() as u64;
-        let md5 = md5_of(&data).await;
+        let md5 = md5_of(&data, dst.wants_digest()).await;
         let _slot = self.sched.slot(class).await;
         let what = format!("write {} block {idx}", up.key);
         let id = self
@@ -199,7 +200,7 @@ impl Engine {
         let mut size = 0u64;
         while let Some(block) = fetched.next().await {
             let (data, _mem) = block?;
-            md5s.push(md5_of(&data).await);
+            md5s.push(md5_of(&data, expect.is_some()).await);
             writer
                 .write_all(&data)
                 .await

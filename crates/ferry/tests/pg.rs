@@ -355,6 +355,21 @@ fn refuses_bad_input_and_leaves_the_directory_alone() {
     assert!(err.contains("permission denied"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 
+    // A repository the cluster does not archive into: the backup's WAL never reaches it.
+    let other = rig.pg.make_dir("other-repo");
+    let other_s = other.display().to_string();
+    let o = rig.ferry(&["--repo", &other_s, "init"], &[]);
+    assert!(o.status.success(), "init: {}", stderr(&o));
+    let conn = rig.pg.conninfo();
+    let o = rig.ferry(
+        &["--repo", &other_s, "pg", "backup", "--conninfo", &conn],
+        &[],
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("archive_command must be"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+
     // No backup yet.
     let (out, _) = restore(&rig, "none", &[]);
     assert!(!out.status.success());
