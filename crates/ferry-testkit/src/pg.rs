@@ -596,12 +596,18 @@ impl PgCluster {
     pub fn base_backup(&self, dest: &Path) {
         self.user.mkdir(dest);
         let d = dest.to_str().expect("UTF-8 path");
-        let out = self.run_as_pg("pg_basebackup", ["-D", d, "-X", "none", "-c", "fast"]);
+        let pg_basebackup = self.bin.join("pg_basebackup");
+        let b = pg_basebackup.to_str().expect("UTF-8 path");
+        // pg_basebackup waits, without end, for its WAL to be archived: a broken
+        // archive_command would hang the test run instead of failing this test.
+        let out = self.run_as_pg("timeout", ["600", b, "-D", d, "-X", "none", "-c", "fast"]);
         assert!(
             out.status.success(),
-            "pg_basebackup failed:\n{}{}",
+            "pg_basebackup failed (exit {:?}; 124: not archived within 600 s):\n{}{}\nserver.log:\n{}",
+            out.status.code(),
             String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr),
+            tail(&self.log(), 30)
         );
     }
 
