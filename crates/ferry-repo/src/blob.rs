@@ -8,12 +8,37 @@ use crate::index::Index;
 use crate::repo::Repo;
 use crate::tree::Tree;
 
+/// Blobs larger than this are decompressed as a stream, not into one buffer sized up front.
+const BULK_MAX: u64 = 64 << 20;
+
+thread_local! {
+    /// One decompression context per thread: a restore opens tens of thousands of blobs, and
+    /// a fresh streaming decoder per blob costs more than decompressing a 64 KiB one.
+    static UNZSTD: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// zstd frames with their size in the header (all that ferry writes) go into a buffer of
+/// exactly that size through this thread's context; others stream.
+fn decompress(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    match zstd::zstd_safe::get_frame_content_size(data) {
+        Ok(Some(n)) if n <= BULK_MAX => UNZSTD.with(|cell| {
+            let mut d = cell.borrow_mut();
+            if d.is_none() {
+                *d = Some(zstd::bulk::Decompressor::new()?);
+            }
+            d.as_mut().expect("set above").decompress(data, n as usize)
+        }),
+        _ => zstd::stream::decode_all(data),
+    }
+}
+
 /// The plaintext of a sealed blob, checked against `id`.
 pub fn open_blob(key: &MasterKey, sealed: &[u8], id: &Id, what: &str) -> Result<Vec<u8>> {
     let body = key.open(sealed, what)?;
     let plain = match body.split_first() {
         Some((0, rest)) => rest.to_vec(),
-        Some((1, rest)) => zstd::stream::decode_all(rest)
+        Some((1, rest)) => decompress(rest)
             .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))?,
         _ => return Err(Error::Checksum(format!("{what}: unknown blob encoding"))),
     };
