@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ferry_repo::archiver::BackupProgress;
-use ferry_repo::{Id, Repo};
+use ferry_repo::{Id, Repo, Snapshot};
 use ferry_store::{Error, Result};
 
 use crate::record::{backups, PgBackup};
@@ -55,7 +55,7 @@ fn is_empty_dir(p: &Path) -> Result<bool> {
 }
 
 /// Chooses the backup for `opts` among the repository's.
-async fn choose(repo: &Repo, opts: &RestoreOptions) -> Result<(Id, PgBackup)> {
+async fn choose(repo: &Repo, opts: &RestoreOptions) -> Result<(Id, Snapshot, PgBackup)> {
     let snaps = ferry_repo::checker::snapshots(repo, &mut Vec::new()).await?;
     let all = backups(snaps);
     if all.is_empty() {
@@ -69,7 +69,7 @@ async fn choose(repo: &Repo, opts: &RestoreOptions) -> Result<(Id, PgBackup)> {
             .iter()
             .filter(|(id, _, _)| id.hex().starts_with(&want.to_ascii_lowercase()))
             .collect();
-        let (id, _, b) = match hits.as_slice() {
+        let (id, snap, b) = match hits.as_slice() {
             [one] => *one,
             [] => return Err(Error::NotFound(format!("no PostgreSQL backup {want}"))),
             _ => return Err(Error::Invalid(format!("backup id {want} is ambiguous"))),
@@ -81,14 +81,14 @@ async fn choose(repo: &Repo, opts: &RestoreOptions) -> Result<(Id, PgBackup)> {
                 opts.target.describe()
             )));
         }
-        return Ok((*id, b.clone()));
+        return Ok((*id, snap.clone(), b.clone()));
     }
     match all
         .iter()
         .rev()
         .find(|(_, _, b)| opts.target.reachable_from(b))
     {
-        Some((id, _, b)) => Ok((*id, b.clone())),
+        Some((id, snap, b)) => Ok((*id, snap.clone(), b.clone())),
         None => {
             let oldest = &all[0].2;
             Err(Error::Invalid(format!(
@@ -179,13 +179,8 @@ pub async fn restore(
             opts.action
         )));
     }
-    let (id, b) = choose(&repo, opts).await?;
+    let (id, snap, b) = choose(&repo, opts).await?;
     let warnings = check_wal(&repo, &b, &opts.target).await?;
-    let (_, snap) = ferry_repo::checker::snapshots(&repo, &mut Vec::new())
-        .await?
-        .into_iter()
-        .find(|(i, _)| *i == id)
-        .ok_or_else(|| Error::NotFound(format!("snapshot {} vanished", id.short())))?;
     let (index, _, errs) = repo.load_index().await?;
     if let Some(e) = errs.into_iter().next() {
         return Err(e);
