@@ -20,6 +20,12 @@ fn store(c: &Ceph, layout: Layout) -> RadosStore {
 /// `rados --striper get` of `key`, or None when the striper does not find it.
 fn striper_get(c: &Ceph, key: &str) -> Option<Vec<u8>> {
     let out = c.try_rados(&["--striper", "get", key, "-"]);
+    if !out.status.success() {
+        eprintln!(
+            "rados --striper get {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     out.status.success().then_some(out.stdout)
 }
 

@@ -19,7 +19,7 @@ use ferry_testkit::{random_file, same_file, unique};
 
 const MIB: u64 = 1 << 20;
 
-/// Tests share the cluster; the one that freezes its OSD runs alone.
+/// Tests share the cluster; the one that kills its OSD runs alone.
 static OSD: RwLock<()> = RwLock::new(());
 
 fn shared() -> RwLockReadGuard<'static, ()> {
@@ -161,10 +161,10 @@ fn one_gib_both_ways() {
 }
 
 #[test]
-fn osd_frozen_mid_write_fails_clearly_and_shows_nothing() {
+fn osd_killed_mid_write_fails_clearly_shows_nothing_and_restarted_takes_the_write() {
     let Some(c) = ceph() else { return };
     let _alone = OSD.write().unwrap_or_else(|e| e.into_inner());
-    let key = unique("frozen");
+    let key = unique("killed");
     let data = ferry_testkit::random_bytes((40 * MIB) as usize, 5);
     // Short bounds, so that the failure comes in seconds rather than minutes.
     let env = [
@@ -183,7 +183,7 @@ fn osd_frozen_mid_write_fails_clearly_and_shows_nothing() {
         .unwrap();
     let mut pipe = child.stdin.take().unwrap();
     pipe.write_all(&data[..(16 * MIB) as usize]).unwrap();
-    // Freeze once some pieces are stored: the write is under way.
+    // Kill the OSD once some pieces are stored: the write is under way.
     let mut seen = false;
     for _ in 0..600 {
         if !pieces(&c, &key).is_empty() {
@@ -192,15 +192,15 @@ fn osd_frozen_mid_write_fails_clearly_and_shows_nothing() {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    c.freeze_osd();
+    let down = c.kill_osd();
     let rest = data[(16 * MIB) as usize..].to_vec();
     let feeder = std::thread::spawn(move || {
         let _ = pipe.write_all(&rest);
     });
     let out = child.wait_with_output().unwrap();
     feeder.join().unwrap();
-    c.resume_osd();
-    assert!(seen, "no piece of {key} appeared before the freeze");
+    drop(down);
+    assert!(seen, "no piece of {key} appeared before the kill");
     common::fails_with(&out, "timed out");
     // Nothing under the final name, for ferry or for the striper.
     let ls = ferry(&c, &["ls", &url(&c, &key)]);
@@ -214,7 +214,7 @@ fn osd_frozen_mid_write_fails_clearly_and_shows_nothing() {
         .try_rados(&["stat", &format!("{key}.0000000000000000")])
         .status
         .success());
-    // The OSD is back: the same write succeeds and reads back whole.
+    // The restarted OSD takes the same write, which reads back whole.
     let out = common::ferry_env(&["-q", "cp", "-", &url(&c, &key)], &env, Some(&data));
     assert!(
         out.status.success(),
