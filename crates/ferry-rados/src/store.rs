@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ferry_store::{BlockId, Error, Limits, Meta, ObjectInfo, Result, Store, Upload, META_DIGEST};
+use ferry_store::{
+    BlockId, DigestKind, Error, Limits, Meta, ObjectInfo, Result, Store, Upload, META_DIGEST,
+};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::{OnceCell, Semaphore};
 
@@ -264,6 +266,10 @@ impl Store for RadosStore {
 
     fn digest(&self, info: &ObjectInfo) -> Option<String> {
         info.meta.get(META_DIGEST).cloned()
+    }
+
+    fn digest_kind(&self) -> Option<DigestKind> {
+        Some(DigestKind::Blake3)
     }
 
     async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()> {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::{BlockId, Error, Limits, Meta, ObjectInfo, Result, Store, Upload};
+use crate::{BlockId, DigestKind, Error, Limits, Meta, ObjectInfo, Result, Store, Upload};
 
 /// Marks ferry's temp files so listings skip them and a later run can clean them up.
 const TMP_MARK: &str = ".ferry-tmp-";
@@ -127,8 +127,8 @@ impl Store for LocalStore {
         None
     }
 
-    fn wants_digest(&self) -> bool {
-        false
+    fn digest_kind(&self) -> Option<DigestKind> {
+        None
     }
 
     async fn put(&self, key: &str, data: Bytes, _meta: &Meta) -> Result<()> {

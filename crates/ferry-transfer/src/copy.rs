@@ -5,7 +5,8 @@ use bytes::Bytes;
 use ferry_store::{BlockId, Error, Meta, ObjectInfo, Result, Upload, META_BLOCKS, META_DIGEST};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::{digest, md5_of, BlockPlan, Class, Engine, Progress, SharedStore, ABORT_TIMEOUT};
+use crate::digest::{self, BlockSum, Need};
+use crate::{sum_of, BlockPlan, Class, Engine, Progress, SharedStore, ABORT_TIMEOUT};
 
 /// The digest an object's reader can check, if the source vouches for one under `plan`.
 pub(crate) fn expected_digest(
@@ -64,10 +65,13 @@ impl Engine {
                         .await?
                 }
             };
-            let need = dst.wants_digest() || expect.is_some();
-            let got = digest::compose(&[md5_of(&data, need).await], true);
-            check(expect.as_deref(), &got, src_key)?;
-            let meta = meta_with(plan, need.then_some(got.as_str()));
+            let need = Need::for_copy(expect.as_deref(), dst.digest_kind());
+            let sums = [sum_of(&data, need).await];
+            check(expect.as_deref(), &sums, true, src_key)?;
+            let got = dst
+                .digest_kind()
+                .and_then(|k| digest::compose(k, &sums, true));
+            let meta = meta_with(plan, got.as_deref());
             let what = format!("write {dst_key}");
             self.retry(&what, size, || dst.put(dst_key, data.clone(), &meta))
                 .await?;
@@ -83,7 +87,7 @@ impl Engine {
             .retry(&what, 0, || dst.start_upload(dst_key, &start_meta))
             .await?;
         let up = &up;
-        let need = dst.wants_digest() || expect.is_some();
+        let need = Need::for_copy(expect.as_deref(), dst.digest_kind());
         let sent = futures::stream::iter(blocks.iter().copied().enumerate())
             .map(|(i, (off, len))| async move {
                 let _slot = self.sched.slot(class).await;
@@ -92,14 +96,14 @@ impl Engine {
                 let data = self
                     .retry(&what, len, || src.get_range(src_key, off..off + len))
                     .await?;
-                let md5 = md5_of(&data, need).await;
+                let sum = sum_of(&data, need).await;
                 let what = format!("write {dst_key} block {i}");
                 let id = self
                     .retry(&what, len, || dst.put_block(up, i, off, data.clone()))
                     .await?;
                 self.sched.record(len);
                 progress.advance(len);
-                Ok::<_, Error>((id, md5))
+                Ok::<_, Error>((id, sum))
             })
             .buffered(blocks.len())
             .try_collect::<Vec<_>>()
@@ -130,7 +134,7 @@ impl Engine {
         &self,
         dst: &SharedStore,
         up: &Upload,
-        parts: Vec<(BlockId, [u8; 16])>,
+        parts: Vec<(BlockId, BlockSum)>,
         plan: BlockPlan,
         size: u64,
         expect: Option<&str>,
@@ -144,11 +148,12 @@ impl Engine {
                 parts.len()
             )));
         }
-        let (ids, md5s): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
-        let need = dst.wants_digest() || expect.is_some();
-        let got = digest::compose(&md5s, false);
-        check(expect, &got, src_name)?;
-        let meta = meta_with(plan, need.then_some(got.as_str()));
+        let (ids, sums): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+        check(expect, &sums, false, src_name)?;
+        let got = dst
+            .digest_kind()
+            .and_then(|k| digest::compose(k, &sums, false));
+        let meta = meta_with(plan, got.as_deref());
         let what = format!("complete {}", up.key);
         let done = self
             .retry(&what, 0, || dst.complete_upload(up, ids.clone(), &meta))
@@ -168,8 +173,8 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        match stored {
-            Some(stored) if stored != got => {
+        match (stored, got) {
+            (Some(stored), Some(got)) if stored != got => {
                 let _ = dst.delete(&up.key).await;
                 Err(Error::Checksum(format!(
                     "{}: the store assembled {stored}, ferry sent {got}; removed",
@@ -197,11 +202,21 @@ impl Engine {
     }
 }
 
-pub(crate) fn check(expect: Option<&str>, got: &str, name: &str) -> Result<()> {
-    match expect {
-        Some(e) if e != got => Err(Error::Checksum(format!(
+/// Checks the blocks read (`sums`) against the digest the source vouches for, if any.
+pub(crate) fn check(
+    expect: Option<&str>,
+    sums: &[BlockSum],
+    single: bool,
+    name: &str,
+) -> Result<()> {
+    let Some(e) = expect else { return Ok(()) };
+    match digest::compose(ferry_store::DigestKind::of(e), sums, single) {
+        Some(got) if got == e => Ok(()),
+        Some(got) => Err(Error::Checksum(format!(
             "{name}: read data has digest {got}, the store says {e}"
         ))),
-        _ => Ok(()),
+        None => Err(Error::Permanent(format!(
+            "{name}: the digest {e} was not computed (ferry bug)"
+        ))),
     }
 }

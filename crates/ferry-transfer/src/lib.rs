@@ -179,19 +179,16 @@ impl Engine {
     }
 }
 
-/// MD5 of a block off the async workers: an 8 MiB block takes milliseconds. Zeros when
-/// nothing will look at it (`needed` false): the hash is a third of a local backup's CPU.
-async fn md5_of(data: &bytes::Bytes, needed: bool) -> [u8; 16] {
-    if !needed {
-        return [0; 16];
-    }
-    if data.len() < (256 << 10) {
-        return digest::block_md5(data);
+/// The hashes of a block off the async workers: an 8 MiB block takes milliseconds. Nothing
+/// when nothing will look at them: hashing is a third of a local backup's CPU.
+async fn sum_of(data: &bytes::Bytes, need: digest::Need) -> digest::BlockSum {
+    if !need.any() || data.len() < (256 << 10) {
+        return digest::block_sum(data, need);
     }
     let d = data.clone();
-    tokio::task::spawn_blocking(move || digest::block_md5(&d))
+    tokio::task::spawn_blocking(move || digest::block_sum(&d, need))
         .await
-        .expect("md5 task")
+        .expect("hash task")
 }
 
 /// Time allowed to abort an upload after a failure.

@@ -9,7 +9,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 use crate::copy::{check, expected_digest, meta_with};
-use crate::{digest, md5_of, BlockPlan, Class, Engine, Progress, SharedStore};
+use crate::digest::{self, BlockSum, Need};
+use crate::{sum_of, BlockPlan, Class, Engine, Progress, SharedStore};
 
 async fn read_block<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> Result<Bytes> {
     let mut buf = BytesMut::with_capacity(len as usize);
@@ -49,9 +50,12 @@ impl Engine {
             drop(next_mem);
             let size = first.len() as u64;
             progress.add_total(size);
-            let need = dst.wants_digest();
-            let got = digest::compose(&[md5_of(&first, need).await], true);
-            let meta = meta_with(plan, need.then_some(got.as_str()));
+            let need = Need::for_copy(None, dst.digest_kind());
+            let sums = [sum_of(&first, need).await];
+            let got = dst
+                .digest_kind()
+                .and_then(|k| digest::compose(k, &sums, true));
+            let meta = meta_with(plan, got.as_deref());
             let _slot = self.sched.slot(class).await;
             self.retry(&format!("write {key}"), size, || {
                 dst.put(key, first.clone(), &meta)
@@ -124,7 +128,7 @@ impl Engine {
             return Err(e);
         }
         parts.sort_by_key(|p| p.0);
-        let parts = parts.into_iter().map(|(_, id, md5)| (id, md5)).collect();
+        let parts = parts.into_iter().map(|(_, id, sum)| (id, sum)).collect();
         if let Err(e) = self.commit(dst, &up, parts, plan, off, None, key).await {
             self.abort(dst, &up).await;
             return Err(e);
@@ -144,9 +148,9 @@ impl Engine {
         _mem: crate::scheduler::Memory,
         class: Class,
         progress: Arc<dyn Progress>,
-    ) -> Result<(usize, ferry_store::BlockId, [u8; 16])> {
+    ) -> Result<(usize, ferry_store::BlockId, BlockSum)> {
         let len = data.len() as u64;
-        let md5 = md5_of(&data, dst.wants_digest()).await;
+        let sum = sum_of(&data, Need::for_copy(None, dst.digest_kind())).await;
         let _slot = self.sched.slot(class).await;
         let what = format!("write {} block {idx}", up.key);
         let id = self
@@ -154,7 +158,7 @@ impl Engine {
             .await?;
         self.sched.record(len);
         progress.advance(len);
-        Ok((idx, id, md5))
+        Ok((idx, id, sum))
     }
 
     /// Writes object `key` to `writer` in order, fetching blocks ahead in parallel; the content
@@ -183,6 +187,7 @@ impl Engine {
         let expect = expected_digest(src, &info, plan);
         let blocks = plan.blocks(info.size);
         let single = blocks.len() <= 1;
+        let need = Need::for_copy(expect.as_deref(), None);
         let mut fetched = futures::stream::iter(blocks)
             .map(|(off, len)| async move {
                 let mem = self.sched.reserve(len).await;
@@ -193,14 +198,16 @@ impl Engine {
                     })
                     .await?;
                 self.sched.record(len);
-                Ok::<_, Error>((data, mem))
+                // Hashed here, in parallel, rather than in the ordered writing loop below.
+                let sum = sum_of(&data, need).await;
+                Ok::<_, Error>((data, sum, mem))
             })
             .buffered(1024);
-        let mut md5s = Vec::new();
+        let mut sums = Vec::new();
         let mut size = 0u64;
         while let Some(block) = fetched.next().await {
-            let (data, _mem) = block?;
-            md5s.push(md5_of(&data, expect.is_some()).await);
+            let (data, sum, _mem) = block?;
+            sums.push(sum);
             writer
                 .write_all(&data)
                 .await
@@ -212,7 +219,7 @@ impl Engine {
             .flush()
             .await
             .map_err(|e| Error::Permanent(format!("write output: {e}")))?;
-        check(expect.as_deref(), &digest::compose(&md5s, single), key)?;
+        check(expect.as_deref(), &sums, single, key)?;
         self.finished(size, plan, expect.is_some());
         Ok(size)
     }

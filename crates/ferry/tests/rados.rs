@@ -1,6 +1,7 @@
 //! rados://pool/name on the one-node Ceph of `scripts/services up ceph` (build with
 //! `--features rados`): `ferry cp` round trips checked byte for byte against `rados --striper`
-//! in both directions, a stdin stream, 1 GiB, listing and deletion, an OSD frozen mid-write,
+//! in both directions, a stdin stream, 1 GiB, listing and deletion, a piece changed behind
+//! ferry's back, an OSD killed mid-write,
 //! and a backup repository and a WAL archive living in a pool.
 #![cfg(feature = "rados")]
 
@@ -223,6 +224,31 @@ fn osd_killed_mid_write_fails_clearly_shows_nothing_and_restarted_takes_the_writ
     );
     assert!(c.rados(&["--striper", "get", &key, "-"]).stdout == data);
     c.rados(&["--striper", "rm", &key]);
+}
+
+#[test]
+fn a_piece_changed_behind_its_digest_is_refused() {
+    let Some(c) = ceph() else { return };
+    let _osd = shared();
+    let dir = temp_dir();
+    let src = dir.join("src");
+    random_file(&src, 12 * MIB, 7);
+    let key = unique("rot");
+    ok(&c, &["cp", s(&src), &url(&c, &key)]);
+    // The digest recorded is BLAKE3 over the three 4 MiB blocks.
+    let first = format!("{key}.0000000000000000");
+    let digest = c.rados(&["getxattr", &first, "ferry_digest"]).stdout;
+    let digest = String::from_utf8_lossy(&digest);
+    assert!(digest.starts_with("b3:") && digest.ends_with("-3"), "{digest}");
+    // Another writer replaces the middle piece: what bit rot or a buggy tool would leave.
+    let other = dir.join("other");
+    random_file(&other, 4 * MIB, 8);
+    c.rados(&["put", &format!("{key}.0000000000000001"), s(&other)]);
+    let dst = dir.join("back");
+    common::fails_with(&ferry(&c, &["cp", &url(&c, &key), s(&dst)]), "checksum mismatch");
+    assert!(!dst.exists(), "a corrupt download appeared under its name");
+    c.rados(&["--striper", "rm", &key]);
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
