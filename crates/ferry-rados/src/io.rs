@@ -7,6 +7,7 @@ use std::ptr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use ferry_store::buffer::{self, Buffer};
 use ferry_store::{Error, Result};
 
 use crate::aio::Aio;
@@ -111,22 +112,26 @@ impl Pool {
 
     /// Reads `len` bytes at `off` of `oid`; bytes past its end or of a missing piece are
     /// zeros, as libradosstriper reads sparse striped objects.
-    pub async fn read(&self, oid: &str, off: u64, len: usize) -> Result<Vec<u8>> {
+    pub async fn read(&self, oid: &str, off: u64, len: usize) -> Result<Buffer> {
         let o = cstr(oid)?;
         let what = format!("rados read {oid}");
         let op = {
-            let mut buf = vec![0u8; len];
+            let mut buf = buffer::take(len);
             let p = buf.as_mut_ptr();
             Aio::start(&what, buf, |c| {
                 // SAFETY: the buffer moves into the operation's keep-alive; its heap memory stays put.
                 unsafe { ffi::rados_aio_read(self.io, o.as_ptr(), c, p.cast(), len, off) }
             })?
         };
-        let (rv, buf) = op.await;
-        match check(rv, &what) {
-            Ok(_) | Err(Error::NotFound(_)) => Ok(buf),
-            Err(e) => Err(e),
-        }
+        let (rv, mut buf) = op.await;
+        let got = match check(rv, &what) {
+            Ok(n) => (n as usize).min(len),
+            Err(Error::NotFound(_)) => 0,
+            Err(e) => return Err(e),
+        };
+        // The buffer held an earlier block: what the piece lacks reads as zeros.
+        buf[got..].fill(0);
+        Ok(buf)
     }
 
     /// Removes `oid`; false when it did not exist.

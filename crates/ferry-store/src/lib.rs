@@ -6,6 +6,7 @@
 //! atomic rename) and [`cloud::CloudStore`] (S3 and Azure Blob through `object_store`).
 #![warn(missing_docs)]
 
+pub mod buffer;
 pub mod cloud;
 mod error;
 pub mod local;

@@ -152,10 +152,10 @@ impl Store for LocalStore {
         let path = self.path(key);
         blocking(move || {
             let f = File::open(&path).map_err(|e| Error::io(path.display(), e))?;
-            let mut buf = vec![0u8; (range.end - range.start) as usize];
+            let mut buf = crate::buffer::take((range.end - range.start) as usize);
             f.read_exact_at(&mut buf, range.start)
                 .map_err(|e| Error::io(path.display(), e))?;
-            Ok(Bytes::from(buf))
+            Ok(buf.freeze())
         })
         .await
     }

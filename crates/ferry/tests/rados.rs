@@ -239,13 +239,19 @@ fn a_piece_changed_behind_its_digest_is_refused() {
     let first = format!("{key}.0000000000000000");
     let digest = c.rados(&["getxattr", &first, "ferry_digest"]).stdout;
     let digest = String::from_utf8_lossy(&digest);
-    assert!(digest.starts_with("b3:") && digest.ends_with("-3"), "{digest}");
+    assert!(
+        digest.starts_with("b3:") && digest.ends_with("-3"),
+        "{digest}"
+    );
     // Another writer replaces the middle piece: what bit rot or a buggy tool would leave.
     let other = dir.join("other");
     random_file(&other, 4 * MIB, 8);
     c.rados(&["put", &format!("{key}.0000000000000001"), s(&other)]);
     let dst = dir.join("back");
-    common::fails_with(&ferry(&c, &["cp", &url(&c, &key), s(&dst)]), "checksum mismatch");
+    common::fails_with(
+        &ferry(&c, &["cp", &url(&c, &key), s(&dst)]),
+        "checksum mismatch",
+    );
     assert!(!dst.exists(), "a corrupt download appeared under its name");
     c.rados(&["--striper", "rm", &key]);
     std::fs::remove_dir_all(dir).unwrap();

@@ -1,0 +1,113 @@
+//! Block buffers, reused. A fresh multi-MiB buffer comes from mmap: every one of its pages
+//! faults and is zeroed by the kernel on first touch, which was a fifth of a `ferry cp` to
+//! RADOS (perf). Buffers freed go back to a small pool instead, and the next block of about
+//! the same size reuses one; the pool is bounded, so RSS stays within the engine's budget
+//! plus [`POOL_BYTES`].
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+
+/// Most bytes the pool keeps while no block uses them.
+pub const POOL_BYTES: usize = 32 << 20;
+/// Smaller buffers come from the allocator as usual: its own free lists serve them well.
+const MIN_POOLED: usize = 64 << 10;
+
+static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// A buffer of some length whose memory returns to the pool when dropped, also from inside
+/// the [`Bytes`] made by [`Buffer::freeze`].
+#[derive(Debug)]
+pub struct Buffer {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// A buffer of `len` bytes. Its content is unspecified (an earlier block's bytes): the caller
+/// overwrites all of it.
+pub fn take(len: usize) -> Buffer {
+    if len >= MIN_POOLED {
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        // Not more than twice the size asked for, so a small block does not pin a large buffer.
+        if let Some(i) = pool
+            .iter()
+            .position(|b| b.len() >= len && b.len() / 2 <= len)
+        {
+            return Buffer {
+                buf: pool.swap_remove(i),
+                len,
+            };
+        }
+    }
+    Buffer {
+        buf: vec![0; len],
+        len,
+    }
+}
+
+impl Buffer {
+    /// Shortens the buffer to `len` bytes.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Immutable bytes that return the memory to the pool when the last clone drops.
+    pub fn freeze(self) -> Bytes {
+        Bytes::from_owner(self)
+    }
+}
+
+impl AsRef<[u8]> for Buffer {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl std::ops::Deref for Buffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for Buffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if self.buf.len() < MIN_POOLED {
+            return;
+        }
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let held: usize = pool.iter().map(Vec::len).sum();
+        if held + self.buf.len() <= POOL_BYTES {
+            pool.push(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_freed_buffer_is_reused_and_sized_as_asked() {
+        let len = 3 << 20;
+        let mut a = take(len);
+        a[0] = 7;
+        let ptr = a.as_ptr();
+        let bytes = a.freeze();
+        assert_eq!(bytes.len(), len);
+        drop(bytes);
+        // Another test may take it first: look for it among a few.
+        let got: Vec<Buffer> = (0..8).map(|_| take(len - 5)).collect();
+        assert!(got.iter().all(|b| b.len() == len - 5));
+        assert!(got.iter().any(|b| b.as_ptr() == ptr), "not reused");
+        // Far smaller blocks do not take it.
+        drop(got);
+        assert!(take(MIN_POOLED).as_ptr() != ptr);
+    }
+}
