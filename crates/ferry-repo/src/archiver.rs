@@ -69,6 +69,20 @@ fn compress(plain: &[u8]) -> Result<Vec<u8>> {
     })
 }
 
+/// The xattrs of `path`, names and values in hex; unreadable ones are left out, as on
+/// filesystems without xattrs.
+fn xattrs_of(path: &Path) -> Vec<(String, String)> {
+    let Ok(names) = xattr::list(path) else {
+        return Vec::new();
+    };
+    names
+        .filter_map(|x| {
+            let v = xattr::get(path, &x).ok()??;
+            Some((hex::encode(x.as_bytes()), hex::encode(v)))
+        })
+        .collect()
+}
+
 /// Receives progress: the CLI draws a bar.
 pub trait BackupProgress: Send + Sync {
     /// A file was found by the scanner ahead of the backup.
@@ -312,9 +326,18 @@ impl Archiver {
         Ok((ids, read))
     }
 
-    /// The node for `path` (metadata only).
+    /// The node for `path`, with a directory's xattrs (a file's come with its content).
     fn node(path: &Path, name: &std::ffi::OsStr) -> std::io::Result<Node> {
-        let m = fs::symlink_metadata(path)?;
+        let mut n = Self::node_of(&fs::symlink_metadata(path)?, path, name)?;
+        if n.kind == NodeKind::Dir {
+            n.xattrs = xattrs_of(path);
+        }
+        Ok(n)
+    }
+
+    /// The node for `path` whose metadata is `m`; without xattrs for files, which
+    /// [`Archiver::save_node`] takes from the parent when the file is unchanged.
+    fn node_of(m: &fs::Metadata, path: &Path, name: &std::ffi::OsStr) -> std::io::Result<Node> {
         let ft = m.file_type();
         let kind = if ft.is_file() {
             NodeKind::File
@@ -353,15 +376,6 @@ impl Archiver {
         n.set_name(name);
         if kind == NodeKind::Symlink {
             n.target = Some(hex::encode(fs::read_link(path)?.as_os_str().as_bytes()));
-        }
-        if matches!(kind, NodeKind::File | NodeKind::Dir) {
-            if let Ok(names) = xattr::list(path) {
-                for x in names {
-                    if let Ok(Some(v)) = xattr::get(path, &x) {
-                        n.xattrs.push((hex::encode(x.as_bytes()), hex::encode(v)));
-                    }
-                }
-            }
         }
         Ok(n)
     }
@@ -422,15 +436,21 @@ impl Archiver {
                         .as_ref()
                         .filter(|o| node.unchanged_since(o) && o.ctime < trust_before)
                     {
+                        // Setting an xattr changes the ctime: the parent's are still right.
                         node.content = o.content.clone();
+                        node.xattrs = o.xattrs.clone();
                         me.state.lock().expect("state").summary.files_unchanged += 1;
                     } else {
                         let _permit = me.files.acquire().await.expect("open semaphore");
                         let (m2, p2, size) = (me.clone(), path.clone(), node.size);
-                        match tokio::task::spawn_blocking(move || m2.save_content(&p2, size)).await
-                        {
-                            Ok(Ok((ids, read))) => {
+                        let saved = tokio::task::spawn_blocking(move || {
+                            let xattrs = xattrs_of(&p2);
+                            m2.save_content(&p2, size).map(|r| (r, xattrs))
+                        });
+                        match saved.await {
+                            Ok(Ok(((ids, read), xattrs))) => {
                                 node.content = ids;
+                                node.xattrs = xattrs;
                                 node.size = read;
                                 let mut st = me.state.lock().expect("state");
                                 st.summary.files_read += 1;
@@ -487,17 +507,26 @@ impl Archiver {
             // One blocking call reads the directory and every entry's metadata: an unchanged
             // file then costs no task of its own.
             type Entries = Vec<(std::ffi::OsString, std::io::Result<Node>)>;
+            // Each entry is stat'ed relative to the open directory (fstatat), not by a path
+            // the kernel walks again from the root.
             let entries: Entries = tokio::task::spawn_blocking(move || {
-                let mut names: Vec<std::ffi::OsString> =
-                    fs::read_dir(&p).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect())?;
-                names.retain(|n| me2.policy.include(&p.join(n)));
-                names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+                let mut found: Vec<fs::DirEntry> =
+                    fs::read_dir(&p)?.collect::<std::io::Result<_>>()?;
+                found.retain(|e| me2.policy.include(&e.path()));
+                found.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
                 Ok::<Entries, std::io::Error>(
-                    names
+                    found
                         .into_iter()
-                        .map(|n| {
-                            let node = Self::node(&p.join(&n), &n);
-                            (n, node)
+                        .map(|e| {
+                            let (name, path) = (e.file_name(), e.path());
+                            let node = e.metadata().and_then(|m| {
+                                let mut n = Self::node_of(&m, &path, &name)?;
+                                if n.kind == NodeKind::Dir {
+                                    n.xattrs = xattrs_of(&path);
+                                }
+                                Ok(n)
+                            });
+                            (name, node)
                         })
                         .collect(),
                 )
