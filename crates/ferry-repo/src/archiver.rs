@@ -83,6 +83,12 @@ fn xattrs_of(path: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Room for a data pack: it closes at the first blob past the pack size, so one largest
+/// sealed chunk more, and its header.
+fn data_pack_room(cfg: &crate::repo::Config) -> usize {
+    (cfg.pack_size + cfg.chunk_max) as usize + (1 << 20)
+}
+
 /// Receives progress: the CLI draws a bar.
 pub trait BackupProgress: Send + Sync {
     /// A file was found by the scanner ahead of the backup.
@@ -165,11 +171,12 @@ impl Archiver {
         progress: Arc<dyn BackupProgress>,
         policy: Arc<dyn Policy>,
     ) -> Arc<Self> {
+        let room = data_pack_room(&repo.config);
         Arc::new(Self {
             repo,
             index,
             state: Mutex::new(State {
-                data: Packer::default(),
+                data: Packer::with_capacity(room),
                 tree: Packer::default(),
                 seen: HashSet::new(),
                 summary: Summary::default(),
@@ -221,7 +228,11 @@ impl Archiver {
             };
             packer.add(kind, id, &sealed, plain.len());
             if packer.len() >= self.repo.config.pack_size as usize {
-                Some(std::mem::take(packer))
+                let next = match kind {
+                    BlobKind::Data => Packer::with_capacity(data_pack_room(&self.repo.config)),
+                    BlobKind::Tree => Packer::default(),
+                };
+                Some(std::mem::replace(packer, next))
             } else {
                 None
             }

@@ -92,6 +92,15 @@ pub struct Packer {
 }
 
 impl Packer {
+    /// A packer whose buffer has room for `cap` bytes from the start: a pack grown by
+    /// doubling would fault in fresh pages, and copy, at each step.
+    pub fn with_capacity(cap: usize) -> Self {
+        Self {
+            buf: ferry_store::buffer::with_capacity(cap),
+            entries: Vec::new(),
+        }
+    }
+
     /// Appends a sealed blob.
     pub fn add(&mut self, kind: BlobKind, id: Id, sealed: &[u8], plain_len: usize) {
         self.entries.push(Entry {

@@ -1,9 +1,7 @@
 //! The repository on a store: the format marker, key files, and encrypted files (config,
 //! index, snapshots, locks) named by the BLAKE3 of their stored bytes.
 
-use std::sync::Arc;
-
-use ferry_store::{Error, Result};
+use ferry_store::{buffer, Error, Result};
 use ferry_transfer::{Class, Engine, NoProgress, SharedStore};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -258,13 +256,7 @@ impl Repo {
 
     pub(crate) async fn put(&self, key: &str, body: Vec<u8>) -> Result<u64> {
         self.engine
-            .upload(
-                &body[..],
-                &self.store,
-                key,
-                Class::Bulk,
-                Arc::new(NoProgress),
-            )
+            .upload_bytes(buffer::bytes(body), &self.store, key, Class::Bulk)
             .await
     }
 

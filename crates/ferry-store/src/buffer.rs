@@ -27,22 +27,47 @@ pub struct Buffer {
 /// overwrites all of it.
 pub fn take(len: usize) -> Buffer {
     if len >= MIN_POOLED {
-        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        // Not more than twice the size asked for, so a small block does not pin a large buffer.
-        if let Some(i) = pool
-            .iter()
-            .position(|b| b.len() >= len && b.len() / 2 <= len)
-        {
-            return Buffer {
-                buf: pool.swap_remove(i),
-                len,
-            };
+        if let Some(mut buf) = pooled(len) {
+            // Only bytes a shorter earlier use left uninitialized are written (its pages
+            // are mapped already).
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            return Buffer { buf, len };
         }
     }
     Buffer {
         buf: vec![0; len],
         len,
     }
+}
+
+/// An empty vector with room for `cap` bytes, from the pool when one fits: for a buffer
+/// filled by appending (a pack). Hand it back through [`bytes`].
+pub fn with_capacity(cap: usize) -> Vec<u8> {
+    if cap >= MIN_POOLED {
+        if let Some(mut v) = pooled(cap) {
+            v.clear();
+            return v;
+        }
+    }
+    Vec::with_capacity(cap)
+}
+
+/// Immutable bytes over `v` that return its memory to the pool when the last clone drops.
+pub fn bytes(v: Vec<u8>) -> Bytes {
+    let len = v.len();
+    Buffer { buf: v, len }.freeze()
+}
+
+/// A pooled vector with a capacity of `len` to twice that, so that a small block does not
+/// pin a large buffer.
+fn pooled(len: usize) -> Option<Vec<u8>> {
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let i = pool
+        .iter()
+        .position(|b| b.capacity() >= len && b.capacity() / 2 <= len)?;
+    Some(pool.swap_remove(i))
 }
 
 impl Buffer {
@@ -78,12 +103,12 @@ impl std::ops::DerefMut for Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if self.buf.len() < MIN_POOLED {
+        if self.buf.capacity() < MIN_POOLED {
             return;
         }
         let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        let held: usize = pool.iter().map(Vec::len).sum();
-        if held + self.buf.len() <= POOL_BYTES {
+        let held: usize = pool.iter().map(Vec::capacity).sum();
+        if held + self.buf.capacity() <= POOL_BYTES {
             pool.push(std::mem::take(&mut self.buf));
         }
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use ferry_store::{Error, Result, Upload};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
 
@@ -135,6 +135,68 @@ impl Engine {
         }
         self.finished(off, plan, false);
         Ok(off)
+    }
+
+    /// Uploads `data`, already in memory, to `key`; its blocks are slices of it, not copies.
+    pub async fn upload_bytes(
+        &self,
+        data: Bytes,
+        dst: &SharedStore,
+        key: &str,
+        class: Class,
+    ) -> Result<u64> {
+        let size = data.len() as u64;
+        let plan = BlockPlan::for_size(size, dst.limits(), self.cfg.block_size);
+        let blocks = plan.blocks(size);
+        let need = Need::for_copy(None, dst.digest_kind());
+        if blocks.len() <= 1 {
+            let _slot = self.sched.slot(class).await;
+            let sums = [sum_of(&data, need).await];
+            let got = dst
+                .digest_kind()
+                .and_then(|k| digest::compose(k, &sums, true));
+            let meta = meta_with(plan, got.as_deref());
+            self.retry(&format!("write {key}"), size, || {
+                dst.put(key, data.clone(), &meta)
+            })
+            .await?;
+            self.sched.record(size);
+            self.finished(size, plan, false);
+            return Ok(size);
+        }
+        let start_meta = meta_with(plan, None);
+        let what = format!("start upload of {key}");
+        let up = self
+            .retry(&what, 0, || dst.start_upload(key, &start_meta))
+            .await?;
+        let up = &up;
+        let sent = futures::stream::iter(blocks.iter().copied().enumerate())
+            .map(|(i, (off, len))| {
+                let block = data.slice(off as usize..(off + len) as usize);
+                async move {
+                    let _slot = self.sched.slot(class).await;
+                    let sum = sum_of(&block, need).await;
+                    let what = format!("write {key} block {i}");
+                    let id = self
+                        .retry(&what, len, || dst.put_block(up, i, off, block.clone()))
+                        .await?;
+                    self.sched.record(len);
+                    Ok::<_, Error>((id, sum))
+                }
+            })
+            .buffered(blocks.len())
+            .try_collect::<Vec<_>>()
+            .await;
+        let finished = match sent {
+            Ok(parts) => self.commit(dst, up, parts, plan, size, None, key).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = finished {
+            self.abort(dst, up).await;
+            return Err(e);
+        }
+        self.finished(size, plan, false);
+        Ok(size)
     }
 
     #[allow(clippy::too_many_arguments)]
