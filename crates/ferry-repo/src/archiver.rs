@@ -23,6 +23,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::crypto::{MasterKey, SEAL_ROOM};
 use crate::id::Id;
 use crate::index::{self, Index};
 use crate::pack::{BlobKind, Entry, Packer};
@@ -53,7 +54,14 @@ thread_local! {
     static ZSTD: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
 }
 
-fn compress(plain: &[u8]) -> Result<Vec<u8>> {
+thread_local! {
+    /// Per-thread buffers a blob is compressed and sealed in before its pack copies it: fresh
+    /// ones per blob, most above the mmap threshold, would each fault in new pages.
+    static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// zstd of `plain` into `out`, replacing what it held.
+fn compress_into(plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
     ZSTD.with(|z| {
         let mut z = z.borrow_mut();
         if z.is_none() {
@@ -62,10 +70,33 @@ fn compress(plain: &[u8]) -> Result<Vec<u8>> {
                     .map_err(|e| Error::Permanent(e.to_string()))?,
             );
         }
+        out.clear();
+        out.reserve(zstd::zstd_safe::compress_bound(plain.len()));
         z.as_mut()
             .expect("set above")
-            .compress(plain)
+            .compress_to_buffer(plain, out)
+            .map(drop)
             .map_err(|e| Error::Permanent(format!("compress: {e}")))
+    })
+}
+
+/// The sealed blob for `plain`: a flag byte saying whether zstd was used (only where it
+/// pays), then the bytes, sealed; handed to `f` while it lies in this thread's scratch.
+fn seal_blob<R>(key: &MasterKey, plain: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    SCRATCH.with(|s| {
+        let (packed, sealed) = &mut *s.borrow_mut();
+        compress_into(plain, packed)?;
+        sealed.clear();
+        sealed.resize(SEAL_ROOM, 0);
+        if packed.len() + 64 < plain.len() {
+            sealed.push(1);
+            sealed.extend_from_slice(packed);
+        } else {
+            sealed.push(0);
+            sealed.extend_from_slice(plain);
+        }
+        key.seal_in_place(sealed);
+        Ok(f(sealed))
     })
 }
 
@@ -207,18 +238,7 @@ impl Archiver {
         if !self.state.lock().expect("state").seen.insert(id) {
             return Ok(id);
         }
-        // zstd only where it pays: a flag byte says which.
-        let packed = compress(plain)?;
-        let mut body = Vec::with_capacity(1 + plain.len().min(packed.len()));
-        if packed.len() + 64 < plain.len() {
-            body.push(1);
-            body.extend_from_slice(&packed);
-        } else {
-            body.push(0);
-            body.extend_from_slice(plain);
-        }
-        let sealed = key.seal(&body);
-        let full = {
+        let full = seal_blob(key, plain, |sealed| {
             let mut st = self.state.lock().expect("state");
             st.summary.blobs_new += 1;
             st.summary.bytes_new += plain.len() as u64;
@@ -226,7 +246,7 @@ impl Archiver {
                 BlobKind::Data => &mut st.data,
                 BlobKind::Tree => &mut st.tree,
             };
-            packer.add(kind, id, &sealed, plain.len());
+            packer.add(kind, id, sealed, plain.len());
             if packer.len() >= self.repo.config.pack_size as usize {
                 let next = match kind {
                     BlobKind::Data => Packer::with_capacity(data_pack_room(&self.repo.config)),
@@ -236,7 +256,7 @@ impl Archiver {
             } else {
                 None
             }
-        };
+        })?;
         if let Some(p) = full {
             self.upload(p)?;
         }

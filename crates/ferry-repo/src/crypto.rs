@@ -2,7 +2,7 @@
 //! the AEAD (XChaCha20-Poly1305, random 192-bit nonces) every stored byte goes through.
 
 use argon2::{Algorithm, Argon2, Params, Version};
-use chacha20poly1305::aead::{Aead, KeyInit};
+use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use ferry_store::{Error, Result};
 use rand::RngCore;
@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::id::Id;
 
 const NONCE: usize = 24;
+/// Room [`MasterKey::seal_in_place`] wants before the plaintext, for the nonce.
+pub const SEAL_ROOM: usize = NONCE;
 const TAG: usize = 16;
 /// Bytes an encrypted blob or file has beyond its plaintext.
 pub const OVERHEAD: usize = NONCE + TAG;
@@ -57,6 +59,19 @@ impl MasterKey {
     /// Encrypts `plain`: nonce, then ciphertext and tag.
     pub fn seal(&self, plain: &[u8]) -> Vec<u8> {
         seal_with(&self.enc, plain)
+    }
+
+    /// Seals `buf[SEAL_ROOM..]` where it lies, to the same format as [`MasterKey::seal`]:
+    /// the nonce goes into the room before it and the tag is appended. No buffer is
+    /// allocated, so a caller can reuse one for every blob.
+    pub fn seal_in_place(&self, buf: &mut Vec<u8>) {
+        let mut nonce = [0u8; NONCE];
+        rand::rng().fill_bytes(&mut nonce);
+        buf[..NONCE].copy_from_slice(&nonce);
+        let tag = XChaCha20Poly1305::new((&self.enc).into())
+            .encrypt_in_place_detached(XNonce::from_slice(&nonce), b"", &mut buf[NONCE..])
+            .expect("encryption cannot fail for in-memory buffers");
+        buf.extend_from_slice(&tag);
     }
 
     /// Decrypts what [`MasterKey::seal`] made; `what` names it in the error.
