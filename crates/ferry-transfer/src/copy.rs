@@ -81,21 +81,61 @@ impl Engine {
             return Ok(size);
         }
 
+        let read = |i: usize, off: u64, len: u64| async move {
+            let slot = self.sched.slot(class).await;
+            let mem = self.sched.reserve(len).await;
+            let what = format!("read {src_key} block {i}");
+            let data = self
+                .retry(&what, len, || src.get_range(src_key, off..off + len))
+                .await?;
+            Ok((data, (slot, mem)))
+        };
+        self.upload_blocks(
+            dst,
+            dst_key,
+            plan,
+            size,
+            expect.as_deref(),
+            src_key,
+            progress,
+            read,
+        )
+        .await?;
+        self.finished(size, plan, expect.is_some());
+        Ok(size)
+    }
+
+    /// Writes the blocks of `plan` for `size` bytes to `dst_key` as one upload, each got from
+    /// `block(i, offset, len)` with whatever must live while it is sent (a slot, memory),
+    /// then commits it, checked against `expect`, the digest of `src_name`; aborts on failure.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn upload_blocks<F, Fut, G>(
+        &self,
+        dst: &SharedStore,
+        dst_key: &str,
+        plan: BlockPlan,
+        size: u64,
+        expect: Option<&str>,
+        src_name: &str,
+        progress: &dyn Progress,
+        block: F,
+    ) -> Result<()>
+    where
+        F: Fn(usize, u64, u64) -> Fut,
+        Fut: std::future::Future<Output = Result<(Bytes, G)>>,
+    {
+        let blocks = plan.blocks(size);
         let what = format!("start upload of {dst_key}");
         let start_meta = meta_with(plan, None);
         let up = self
             .retry(&what, 0, || dst.start_upload(dst_key, &start_meta))
             .await?;
         let up = &up;
-        let need = Need::for_copy(expect.as_deref(), dst.digest_kind());
+        let need = Need::for_copy(expect, dst.digest_kind());
+        let block = &block;
         let sent = futures::stream::iter(blocks.iter().copied().enumerate())
             .map(|(i, (off, len))| async move {
-                let _slot = self.sched.slot(class).await;
-                let _mem = self.sched.reserve(len).await;
-                let what = format!("read {src_key} block {i}");
-                let data = self
-                    .retry(&what, len, || src.get_range(src_key, off..off + len))
-                    .await?;
+                let (data, _held) = block(i, off, len).await?;
                 let sum = sum_of(&data, need).await;
                 let what = format!("write {dst_key} block {i}");
                 let id = self
@@ -110,21 +150,16 @@ impl Engine {
             .await;
         let finished = match sent {
             Ok(parts) => {
-                self.commit(dst, up, parts, plan, size, expect.as_deref(), src_key)
+                self.commit(dst, up, parts, plan, size, expect, src_name)
                     .await
             }
             Err(e) => Err(e),
         };
-        match finished {
-            Ok(()) => {
-                self.finished(size, plan, expect.is_some());
-                Ok(size)
-            }
-            Err(e) => {
-                self.abort(dst, up).await;
-                Err(e)
-            }
+        if let Err(e) = finished {
+            self.abort(dst, up).await;
+            return Err(e);
         }
+        Ok(())
     }
 
     /// Completes an upload after checking that every block of `plan` for `size` bytes is there

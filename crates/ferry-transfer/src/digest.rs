@@ -15,18 +15,14 @@ pub struct Need {
 }
 
 impl Need {
-    /// The hashes for each kind given; None stands for no digest.
-    pub fn of(kinds: &[Option<DigestKind>]) -> Need {
+    /// The hashes for checking `expect`, if any, and for recording the `out` kind.
+    pub fn for_copy(expect: Option<&str>, out: Option<DigestKind>) -> Need {
+        let kinds = [expect.map(DigestKind::of), out];
         let has = |k| kinds.contains(&Some(k));
         Need {
             md5: has(DigestKind::Md5),
             blake3: has(DigestKind::Blake3),
         }
-    }
-
-    /// The hashes for checking `expect`, if any, and for recording the `out` kind.
-    pub fn for_copy(expect: Option<&str>, out: Option<DigestKind>) -> Need {
-        Need::of(&[expect.map(DigestKind::of), out])
     }
 
     /// Whether any hash is computed at all.

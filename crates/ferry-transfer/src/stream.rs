@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use ferry_store::{Error, Result, Upload};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 use crate::copy::{check, expected_digest, meta_with};
 use crate::digest::{self, BlockSum, Need};
-use crate::{sum_of, BlockPlan, Class, Engine, Progress, SharedStore};
+use crate::{sum_of, BlockPlan, Class, Engine, NoProgress, Progress, SharedStore};
 
 async fn read_block<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> Result<Bytes> {
     let mut buf = BytesMut::with_capacity(len as usize);
@@ -50,17 +50,7 @@ impl Engine {
             drop(next_mem);
             let size = first.len() as u64;
             progress.add_total(size);
-            let need = Need::for_copy(None, dst.digest_kind());
-            let sums = [sum_of(&first, need).await];
-            let got = dst
-                .digest_kind()
-                .and_then(|k| digest::compose(k, &sums, true));
-            let meta = meta_with(plan, got.as_deref());
-            let _slot = self.sched.slot(class).await;
-            self.retry(&format!("write {key}"), size, || {
-                dst.put(key, first.clone(), &meta)
-            })
-            .await?;
+            self.put_whole(first, dst, key, plan, class).await?;
             drop(mem);
             progress.advance(size);
             self.finished(size, plan, false);
@@ -147,56 +137,40 @@ impl Engine {
     ) -> Result<u64> {
         let size = data.len() as u64;
         let plan = BlockPlan::for_size(size, dst.limits(), self.cfg.block_size);
-        let blocks = plan.blocks(size);
-        let need = Need::for_copy(None, dst.digest_kind());
-        if blocks.len() <= 1 {
-            let _slot = self.sched.slot(class).await;
-            let sums = [sum_of(&data, need).await];
-            let got = dst
-                .digest_kind()
-                .and_then(|k| digest::compose(k, &sums, true));
-            let meta = meta_with(plan, got.as_deref());
-            self.retry(&format!("write {key}"), size, || {
-                dst.put(key, data.clone(), &meta)
-            })
-            .await?;
+        if plan.blocks(size).len() <= 1 {
+            self.put_whole(data, dst, key, plan, class).await?;
             self.sched.record(size);
-            self.finished(size, plan, false);
-            return Ok(size);
-        }
-        let start_meta = meta_with(plan, None);
-        let what = format!("start upload of {key}");
-        let up = self
-            .retry(&what, 0, || dst.start_upload(key, &start_meta))
-            .await?;
-        let up = &up;
-        let sent = futures::stream::iter(blocks.iter().copied().enumerate())
-            .map(|(i, (off, len))| {
+        } else {
+            let slice = |_: usize, off: u64, len: u64| {
                 let block = data.slice(off as usize..(off + len) as usize);
-                async move {
-                    let _slot = self.sched.slot(class).await;
-                    let sum = sum_of(&block, need).await;
-                    let what = format!("write {key} block {i}");
-                    let id = self
-                        .retry(&what, len, || dst.put_block(up, i, off, block.clone()))
-                        .await?;
-                    self.sched.record(len);
-                    Ok::<_, Error>((id, sum))
-                }
-            })
-            .buffered(blocks.len())
-            .try_collect::<Vec<_>>()
-            .await;
-        let finished = match sent {
-            Ok(parts) => self.commit(dst, up, parts, plan, size, None, key).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = finished {
-            self.abort(dst, up).await;
-            return Err(e);
+                async move { Ok((block, self.sched.slot(class).await)) }
+            };
+            self.upload_blocks(dst, key, plan, size, None, key, &NoProgress, slice)
+                .await?;
         }
         self.finished(size, plan, false);
         Ok(size)
+    }
+
+    /// Writes `data` to `key` in one request, with the digest `dst` keeps.
+    async fn put_whole(
+        &self,
+        data: Bytes,
+        dst: &SharedStore,
+        key: &str,
+        plan: BlockPlan,
+        class: Class,
+    ) -> Result<()> {
+        let sums = [sum_of(&data, Need::for_copy(None, dst.digest_kind())).await];
+        let got = dst
+            .digest_kind()
+            .and_then(|k| digest::compose(k, &sums, true));
+        let meta = meta_with(plan, got.as_deref());
+        let _slot = self.sched.slot(class).await;
+        self.retry(&format!("write {key}"), data.len() as u64, || {
+            dst.put(key, data.clone(), &meta)
+        })
+        .await
     }
 
     #[allow(clippy::too_many_arguments)]
