@@ -158,10 +158,14 @@ struct State {
     last_index: std::time::Instant,
 }
 
+/// What must hold before a backup writes anything: see [`Archiver::write_after`].
+pub type Gate = futures::future::Shared<BoxFuture<'static, Result<()>>>;
+
 /// One backup run.
 pub struct Archiver {
     repo: Arc<Repo>,
     index: Arc<Index>,
+    gate: std::sync::OnceLock<Gate>,
     state: Mutex<State>,
     uploads: Mutex<JoinSet<Result<()>>>,
     slots: Arc<Semaphore>,
@@ -206,6 +210,7 @@ impl Archiver {
         Arc::new(Self {
             repo,
             index,
+            gate: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 data: Packer::with_capacity(room),
                 tree: Packer::default(),
@@ -226,6 +231,20 @@ impl Archiver {
             started: now_ns(),
             trust_before: AtomicI64::new(i64::MIN),
         })
+    }
+
+    /// Holds every write to the store (packs, index, snapshot) until `gate` resolves, and
+    /// fails them with its error. A backup can then read and compare while its lock is still
+    /// being taken: only what it writes must wait for the lock. Set before the backup starts.
+    pub fn write_after(&self, gate: Gate) {
+        let _ = self.gate.set(gate);
+    }
+
+    async fn writable(&self) -> Result<()> {
+        match self.gate.get() {
+            Some(g) => g.clone().await,
+            None => Ok(()),
+        }
     }
 
     /// Stores one blob unless the repository has it; blocking (runs on a blocking thread).
@@ -270,10 +289,16 @@ impl Archiver {
             .block_on(self.slots.clone().acquire_owned())
             .map_err(|e| Error::Permanent(e.to_string()))?;
         let (id, bytes, entries) = packer.finish(self.repo.key());
+        if let Some(c) = self.repo.cache() {
+            if entries.iter().all(|e| e.kind == BlobKind::Tree) {
+                c.put("trees", &id, &bytes);
+            }
+        }
         let me = self.clone();
         let mut uploads = self.uploads.lock().expect("uploads");
         uploads.spawn_on(
             async move {
+                me.writable().await?;
                 let n = me.repo.put(&me.repo.pack_path(&id), bytes).await?;
                 drop(permit);
                 let flush = {
@@ -411,10 +436,12 @@ impl Archiver {
         Ok(n)
     }
 
-    /// Loads a tree blob of an older snapshot, to compare against; `None` when unreadable.
-    async fn old_tree(&self, id: Option<Id>) -> Option<Tree> {
-        let id = id?;
-        self.trees.get(&self.repo, &self.index, &id).await.ok()
+    /// Loads a tree blob of an older snapshot, with its id, to compare against; `None` when
+    /// unreadable or no longer indexed.
+    async fn old_tree(&self, id: Option<Id>) -> Option<(Id, Tree)> {
+        let id = id.filter(|id| self.index.has(id))?;
+        let tree = self.trees.get(&self.repo, &self.index, &id).await.ok()?;
+        Some((id, tree))
     }
 
     fn save_tree(self: &Arc<Self>, mut nodes: Vec<Node>) -> BoxFuture<'static, Result<Id>> {
@@ -463,10 +490,13 @@ impl Archiver {
             let trust_before = me.trust_before.load(Ordering::Relaxed);
             match node.kind {
                 NodeKind::File => {
-                    if let Some(o) = old
-                        .as_ref()
-                        .filter(|o| node.unchanged_since(o) && o.ctime < trust_before)
-                    {
+                    // Content is reused only while the index still holds it: a prune that
+                    // ran before this backup's lock may have removed a forgotten parent's.
+                    if let Some(o) = old.as_ref().filter(|o| {
+                        node.unchanged_since(o)
+                            && o.ctime < trust_before
+                            && o.content.iter().all(|c| me.index.has(c))
+                    }) {
                         // Setting an xattr changes the ctime: the parent's are still right.
                         node.content = o.content.clone();
                         node.xattrs = o.xattrs.clone();
@@ -530,7 +560,7 @@ impl Archiver {
     fn save_dir(
         self: &Arc<Self>,
         path: PathBuf,
-        old: Option<Tree>,
+        old: Option<(Id, Tree)>,
     ) -> BoxFuture<'static, Result<Id>> {
         let me = self.clone();
         async move {
@@ -566,20 +596,30 @@ impl Archiver {
             .map_err(|e| Error::Permanent(e.to_string()))?
             .map_err(|e| Error::io(path.display(), e))?;
             me.state.lock().expect("state").summary.dirs += 1;
-            let mut old_nodes: HashMap<Vec<u8>, Node> = old
-                .map(|t| t.nodes)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|n| (n.name_bytes(), n))
+            let (old_id, old_nodes) = match old {
+                Some((id, t)) => (Some(id), t.nodes),
+                None => (None, Vec::new()),
+            };
+            let by_name: HashMap<Vec<u8>, usize> = old_nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name_bytes(), i))
                 .collect();
-            let mut find = |name: &std::ffi::OsStr| old_nodes.remove(name.as_bytes());
+            let find = |name: &std::ffi::OsStr| {
+                by_name.get(name.as_bytes()).map(|&i| old_nodes[i].clone())
+            };
             let nodes: Vec<Node> = futures::stream::iter(entries)
                 .map(|(name, node)| me.save_node(path.join(&name), node, find(&name)))
                 .buffered(FILES_AT_ONCE * 2)
                 .filter_map(|n| async move { n })
                 .collect()
                 .await;
-            me.save_tree(nodes).await
+            // Both lists are sorted by name: equal entries encode to the same tree, so an
+            // unchanged directory keeps its id without being encoded and hashed again.
+            match old_id {
+                Some(id) if nodes == old_nodes => Ok(id),
+                _ => me.save_tree(nodes).await,
+            }
         }
         .boxed()
     }
@@ -590,7 +630,7 @@ impl Archiver {
         self: &Arc<Self>,
         base: PathBuf,
         rels: Vec<PathBuf>,
-        old: Option<Tree>,
+        old: Option<(Id, Tree)>,
     ) -> BoxFuture<'static, Result<Id>> {
         let me = self.clone();
         async move {
@@ -600,7 +640,7 @@ impl Archiver {
                 .collect();
             firsts.sort();
             firsts.dedup();
-            let old_nodes = old.map(|t| t.nodes).unwrap_or_default();
+            let old_nodes = old.map(|(_, t)| t.nodes).unwrap_or_default();
             let mut nodes = Vec::new();
             for first in firsts {
                 let path = base.join(&first);
@@ -762,6 +802,7 @@ impl Archiver {
                 std::mem::take(&mut st.errors),
             )
         };
+        self.writable().await?;
         if !rest.is_empty() {
             self.repo.save_file("index", &index::encode(&rest)).await?;
         }

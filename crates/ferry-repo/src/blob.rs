@@ -87,14 +87,97 @@ pub struct Trees {
 /// Trees are preloaded only while they take less than this in the store.
 pub const PRELOAD_MAX: u64 = 256 << 20;
 
+/// Decrypts and parses the trees `blobs` (id, offset, length) of a pack whose bytes from
+/// `start` on are `body`, on all cores: one pack can hold every tree of a backup.
+async fn decode_trees(
+    repo: &Repo,
+    pack: Id,
+    body: Vec<u8>,
+    start: u64,
+    blobs: Vec<(Id, u32, u32)>,
+) -> Result<Vec<(Id, Tree)>> {
+    let body = std::sync::Arc::new(body);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let per_task = blobs.len().div_ceil(cores).max(1);
+    let tasks: Vec<_> = blobs
+        .chunks(per_task)
+        .map(|part| {
+            let (part, body, key) = (part.to_vec(), body.clone(), repo.key().clone());
+            tokio::task::spawn_blocking(move || {
+                part.into_iter()
+                    .map(|(id, off, len)| {
+                        let what = format!("tree {} in pack {}", id.short(), pack.short());
+                        let s = (u64::from(off) - start) as usize;
+                        let sealed = body
+                            .get(s..s + len as usize)
+                            .ok_or_else(|| Error::Checksum(format!("{what}: pack too short")))?;
+                        let plain = open_blob(&key, sealed, &id, &what)?;
+                        let t: Tree = serde_json::from_slice(&plain)
+                            .map_err(|e| Error::Checksum(format!("{what}: {e}")))?;
+                        Ok((id, t))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+        })
+        .collect();
+    let mut trees = Vec::new();
+    for t in tasks {
+        trees.extend(t.await.map_err(|e| Error::Permanent(e.to_string()))??);
+    }
+    Ok(trees)
+}
+
 impl Trees {
     /// Every tree the index knows, read pack by pack; empty when they exceed `max_bytes`.
     pub async fn preload(repo: &Repo, index: &Index, max_bytes: u64) -> Result<Trees> {
+        Trees::default().complete(repo, index, max_bytes).await
+    }
+
+    /// The trees of every tree pack in the repository's cache, found by the packs' own
+    /// headers: no index is needed, so this runs while the index is still being listed.
+    /// Only trees the index later vouches for are used (see the archiver).
+    pub async fn cached(repo: &Repo) -> Trees {
+        use futures::StreamExt;
+        let Some(c) = repo.cache() else {
+            return Trees::default();
+        };
+        let loaded: Vec<Vec<(Id, Tree)>> = futures::stream::iter(c.ids("trees"))
+            .map(|pack| async move {
+                let body = c.get("trees", &pack)?;
+                let what = format!("cached pack {}", pack.short());
+                let entries = crate::pack::read_header(&body, repo.key(), &what).ok()?;
+                let blobs = entries
+                    .iter()
+                    .filter(|e| e.kind == crate::pack::BlobKind::Tree)
+                    .map(|e| (e.id, e.offset, e.len))
+                    .collect();
+                decode_trees(repo, pack, body, 0, blobs).await.ok()
+            })
+            .buffer_unordered(crate::repo::READ_AHEAD)
+            .filter_map(|v| async move { v })
+            .collect()
+            .await;
+        let cache = loaded
+            .into_iter()
+            .flatten()
+            .map(|(id, t)| (id, std::sync::Arc::new(t)))
+            .collect();
+        Trees { cache }
+    }
+
+    /// Adds every tree the index knows and these lack, read pack by pack; adds nothing when
+    /// they exceed `max_bytes`.
+    pub async fn complete(mut self, repo: &Repo, index: &Index, max_bytes: u64) -> Result<Trees> {
         use futures::StreamExt;
         let mut by_pack: std::collections::HashMap<u32, Vec<(Id, u32, u32)>> = Default::default();
         let mut total = 0u64;
+        let mut tree_packs = std::collections::HashSet::new();
         for (id, loc) in index.iter() {
             if loc.kind == crate::pack::BlobKind::Tree {
+                tree_packs.insert(index.pack(loc.pack));
+                if self.cache.contains_key(id) {
+                    continue;
+                }
                 total += u64::from(loc.len);
                 by_pack
                     .entry(loc.pack)
@@ -102,8 +185,11 @@ impl Trees {
                     .push((*id, loc.offset, loc.len));
             }
         }
+        if let Some(c) = repo.cache() {
+            c.retain("trees", &tree_packs);
+        }
         if total > max_bytes {
-            return Ok(Trees::default());
+            return Ok(self);
         }
         let loaded: Vec<Result<Vec<(Id, Tree)>>> = futures::stream::iter(by_pack)
             .map(|(pack_no, blobs)| async move {
@@ -115,7 +201,12 @@ impl Trees {
                     .max()
                     .unwrap_or(0);
                 let mut body = Vec::new();
-                if start == 0 {
+                if repo.cache().is_some() {
+                    // Cached whole: tree packs hold nothing else.
+                    body = repo.tree_pack(&pack).await?;
+                    body.truncate(end as usize);
+                    return decode_trees(repo, pack, body, 0, blobs).await;
+                } else if start == 0 {
                     // Whole tree packs go through the engine's parallel block reads.
                     body = repo.read(&repo.pack_path(&pack)).await?;
                     body.truncate(end as usize);
@@ -124,32 +215,17 @@ impl Trees {
                         &repo.read_range(&repo.pack_path(&pack), start..end).await?,
                     );
                 }
-                let key = repo.key().clone();
-                tokio::task::spawn_blocking(move || {
-                    blobs
-                        .into_iter()
-                        .map(|(id, off, len)| {
-                            let s = (u64::from(off) - start) as usize;
-                            let what = format!("tree {} in pack {}", id.short(), pack.short());
-                            let plain = open_blob(&key, &body[s..s + len as usize], &id, &what)?;
-                            let t: Tree = serde_json::from_slice(&plain)
-                                .map_err(|e| Error::Checksum(format!("{what}: {e}")))?;
-                            Ok((id, t))
-                        })
-                        .collect()
-                })
-                .await
-                .map_err(|e| Error::Permanent(e.to_string()))?
+                decode_trees(repo, pack, body, start, blobs).await
             })
             .buffer_unordered(crate::repo::READ_AHEAD)
             .collect()
             .await;
-        let mut cache = std::collections::HashMap::new();
         // A damaged tree pack is skipped: its trees load one by one later and report there.
         for v in loaded.into_iter().flatten() {
-            cache.extend(v.into_iter().map(|(id, t)| (id, std::sync::Arc::new(t))));
+            self.cache
+                .extend(v.into_iter().map(|(id, t)| (id, std::sync::Arc::new(t))));
         }
-        Ok(Trees { cache })
+        Ok(self)
     }
 
     /// The tree `id`.

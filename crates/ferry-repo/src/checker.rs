@@ -38,6 +38,9 @@ pub struct Report {
 /// Every snapshot, loaded; unreadable ones are reported in `errors`.
 pub async fn snapshots(repo: &Repo, errors: &mut Vec<String>) -> Result<Vec<(Id, Snapshot)>> {
     let ids = repo.list_ids("snapshots").await?;
+    if let Some(c) = repo.cache() {
+        c.retain("snapshots", &ids.iter().copied().collect());
+    }
     let loaded: Vec<(Id, Result<Vec<u8>>)> = futures::stream::iter(ids)
         .map(|id| async move { (id, repo.load_file("snapshots", &id).await) })
         .buffer_unordered(READ_AHEAD)

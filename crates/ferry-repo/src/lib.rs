@@ -10,6 +10,7 @@
 pub mod archiver;
 pub mod blob;
 pub(crate) mod blocks;
+pub mod cache;
 pub mod checker;
 pub mod crypto;
 pub mod forget;

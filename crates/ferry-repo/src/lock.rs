@@ -2,7 +2,7 @@
 //!
 //! Backups take a shared lock, prune an exclusive one. Each writes its lock file, then looks
 //! for conflicting ones and backs out if it finds any, so two racing processes cannot both
-//! win. A lock is refreshed every 5 minutes; one older than 30 minutes belongs to a process
+//! win (both may lose, and say so). A lock is refreshed every 5 minutes; one older than 30 minutes belongs to a process
 //! that died and is ignored. A backup killed with `kill -9` thus blocks prune for at most 30
 //! minutes, and its packs are left for the next prune.
 
@@ -44,21 +44,19 @@ pub struct Lock {
 }
 
 async fn others(repo: &Repo, mine: &Id) -> Result<Vec<LockInfo>> {
-    let mut v = Vec::new();
-    for id in repo.list_ids("locks").await? {
-        if id == *mine {
-            continue;
-        }
-        // A lock deleted meanwhile, or unreadable, does not hold anything.
-        if let Ok(b) = repo.load_file("locks", &id).await {
-            if let Ok(l) = serde_json::from_slice::<LockInfo>(&b) {
-                if now().saturating_sub(l.time) < STALE && !died_here(&l) {
-                    v.push(l);
-                }
-            }
-        }
-    }
-    Ok(v)
+    use futures::StreamExt;
+    let ids = repo.list_ids("locks").await?;
+    let read = futures::stream::iter(ids.into_iter().filter(|id| id != mine))
+        .map(|id| async move { repo.load_file("locks", &id).await })
+        .buffer_unordered(crate::repo::READ_AHEAD)
+        .collect::<Vec<_>>()
+        .await;
+    // A lock deleted meanwhile, or unreadable, does not hold anything.
+    Ok(read
+        .into_iter()
+        .filter_map(|b| serde_json::from_slice::<LockInfo>(&b.ok()?).ok())
+        .filter(|l| now().saturating_sub(l.time) < STALE && !died_here(l))
+        .collect())
 }
 
 /// A lock of a process on this host that no longer runs (killed, say) holds nothing.
@@ -102,9 +100,8 @@ impl Lock {
                 .find(|l| exclusive || l.exclusive)
                 .map(|l| format!("repository {} is locked: {}", repo.url(), describe(l)))
         };
-        if let Some(msg) = conflict(&others(&repo, &Id::default()).await?) {
-            return Err(Error::Denied(msg));
-        }
+        // Written first and checked after, in two round trips: of two racing processes,
+        // at least the later one sees the other's lock.
         let id = write(&repo, exclusive).await?;
         if let Some(msg) = conflict(&others(&repo, &id).await?) {
             let _ = repo.delete_file("locks", &id).await;

@@ -6,6 +6,7 @@ use ferry_transfer::{Class, Engine, NoProgress, SharedStore};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use crate::cache::Cache;
 use crate::crypto::{KeyFile, MasterKey};
 use crate::id::Id;
 use crate::index::{self, Index};
@@ -41,8 +42,16 @@ pub struct Repo {
     key: MasterKey,
     /// The key file that opened the repository.
     opened_with: Option<Id>,
+    /// Local copies of metadata, for stores across a network.
+    cache: Option<Cache>,
     /// Settings fixed at init.
     pub config: Config,
+}
+
+/// Kinds of files [`Repo::load_file`] keeps in the cache: those never rewritten under their
+/// name. Lock files change too often to be worth it.
+fn cached_kind(kind: &str) -> bool {
+    matches!(kind, "index" | "snapshots" | "keys")
 }
 
 fn join(root: &str, rel: &str) -> String {
@@ -95,6 +104,7 @@ impl Repo {
             engine,
             key,
             opened_with: None,
+            cache: None,
             config,
         };
         // Marker last: a half-made repository is not mistaken for one.
@@ -107,31 +117,26 @@ impl Repo {
         Ok(repo)
     }
 
-    /// Opens the repository under `root` with `password`.
+    /// Opens the repository under `root` with `password`, keeping metadata in `cache` when
+    /// given. The marker, key list and config are asked for at once; meanwhile the key file
+    /// that opened the repository last time (from the cache) is unwrapped, since Argon2 takes
+    /// as long as a few round trips.
     pub async fn open(
         store: SharedStore,
         root: &str,
         engine: Engine,
         password: &[u8],
+        cache: Option<Cache>,
     ) -> Result<Repo> {
         let root = root.trim_matches('/').to_string();
         let url = show(&store, &root);
-        match store.head(&join(&root, MARKER)).await {
-            Ok(_) => {}
-            Err(Error::NotFound(_)) => {
-                return Err(Error::Invalid(format!(
-                "{url} is not a ferry repository (no {MARKER} marker; create one with ferry init)"
-            )))
-            }
-            Err(e) => return Err(e),
-        }
-        let keys = store.list(&join(&root, "keys/")).await?;
-        let probe = Repo {
+        let mut repo = Repo {
             store: store.clone(),
             root: root.clone(),
-            engine: engine.clone(),
+            engine,
             key: MasterKey::generate(),
             opened_with: None,
+            cache,
             config: Config {
                 version: 0,
                 id: Id::default(),
@@ -141,29 +146,52 @@ impl Repo {
                 pack_size: 0,
             },
         };
-        let mut found = None;
-        let mut damaged = Vec::new();
-        for k in &keys {
-            let name = k.key.rsplit('/').next().unwrap_or_default().to_string();
-            let body = probe.read(&k.key).await?;
-            let kf = match serde_json::from_slice::<KeyFile>(&body) {
-                Ok(kf) => kf,
-                Err(e) => {
-                    damaged.push(format!("keys/{name} ({e})"));
-                    continue; // another key file may still open
-                }
-            };
+        let guess = repo.cache.as_ref().and_then(|c| {
+            let id = c.ids("keys").into_iter().next()?;
+            let body = c.get("keys", &id)?;
             let password = password.to_vec();
-            let opened = tokio::task::spawn_blocking(move || kf.unwrap(&password))
+            Some((
+                id,
+                tokio::task::spawn_blocking(move || unwrap_key(&body, &password)),
+            ))
+        });
+        let (marker_key, config_key) = (join(&root, MARKER), join(&root, "config"));
+        let (marker, keys, config) = tokio::join!(
+            store.head(&marker_key),
+            repo.list_ids("keys"),
+            repo.read_small(&config_key),
+        );
+        match marker {
+            Ok(_) => {}
+            Err(Error::NotFound(_)) => {
+                return Err(Error::Invalid(format!(
+                "{url} is not a ferry repository (no {MARKER} marker; create one with ferry init)"
+            )))
+            }
+            Err(e) => return Err(e),
+        }
+        let keys = keys?;
+        let mut found = None;
+        if let Some((id, task)) = guess {
+            // A key file removed from the store (key passwd) no longer opens it.
+            if let (true, Ok(Ok(Some(key)))) = (keys.contains(&id), task.await) {
+                found = Some((key, id));
+            }
+        }
+        let mut damaged = Vec::new();
+        for id in &keys {
+            if found.is_some() {
+                break;
+            }
+            let body = repo.load_raw("keys", id).await?;
+            let password = password.to_vec();
+            let opened = tokio::task::spawn_blocking(move || unwrap_key(&body, &password))
                 .await
                 .map_err(|e| Error::Permanent(e.to_string()))?;
             match opened {
-                Ok(Some(key)) => {
-                    found = Some((key, Id::parse(&name)));
-                    break;
-                }
+                Ok(Some(key)) => found = Some((key, *id)),
                 Ok(None) => {}
-                Err(e) => damaged.push(format!("keys/{name} ({e})")),
+                Err(e) => damaged.push(format!("keys/{id} ({e})")),
             }
         }
         let Some((key, opened_with)) = found else {
@@ -178,18 +206,19 @@ impl Repo {
                 keys.len()
             )));
         };
-        let sealed = probe.read(&join(&root, "config")).await?;
-        let cfg = key.open(&sealed, &format!("{url}/config"))?;
-        let config: Config = serde_json::from_slice(&cfg)
+        if let Some(c) = &repo.cache {
+            // The cache keeps one key file: the one to try first next time.
+            if let Ok(body) = repo.load_raw("keys", &opened_with).await {
+                c.put("keys", &opened_with, &body);
+            }
+            c.retain("keys", &[opened_with].into());
+        }
+        let cfg = key.open(&config?, &format!("{url}/config"))?;
+        repo.config = serde_json::from_slice(&cfg)
             .map_err(|e| Error::Checksum(format!("{url}/config: {e}")))?;
-        Ok(Repo {
-            store,
-            root,
-            engine,
-            key,
-            opened_with,
-            config,
-        })
+        repo.key = key;
+        repo.opened_with = Some(opened_with);
+        Ok(repo)
     }
 
     /// Adds a key file for `password`; returns its id.
@@ -269,6 +298,61 @@ impl Repo {
         Ok(out)
     }
 
+    /// A whole small object (config, key, index, snapshot, lock file) in one request.
+    pub async fn read_small(&self, key: &str) -> Result<Vec<u8>> {
+        let what = format!("read {key}");
+        let got = self
+            .engine
+            .request(Class::Bulk, &what, || self.store.get(key))
+            .await?;
+        Ok(got.into())
+    }
+
+    /// The stored bytes of `kind/id`, from the cache when it has them, checked against the
+    /// name.
+    async fn load_raw(&self, kind: &str, id: &Id) -> Result<Vec<u8>> {
+        let cache = self.cache.as_ref().filter(|_| cached_kind(kind));
+        if let Some(body) = cache.and_then(|c| c.get(kind, id)) {
+            return Ok(body);
+        }
+        let body = self
+            .read_small(&join(&self.root, &format!("{kind}/{id}")))
+            .await?;
+        if Id::of(&body) != *id {
+            return Err(Error::Checksum(format!(
+                "{}/{kind}/{id}: content does not match its name (damaged)",
+                self.url()
+            )));
+        }
+        if let Some(c) = cache {
+            c.put(kind, id, &body);
+        }
+        Ok(body)
+    }
+
+    /// The whole pack `id`, which holds trees, from the cache when it has it.
+    pub async fn tree_pack(&self, id: &Id) -> Result<Vec<u8>> {
+        if let Some(body) = self.cache.as_ref().and_then(|c| c.get("trees", id)) {
+            return Ok(body);
+        }
+        let body = self.read(&self.pack_path(id)).await?;
+        if Id::of(&body) != *id {
+            return Err(Error::Checksum(format!(
+                "{}: pack does not match its name (damaged)",
+                self.pack_path(id)
+            )));
+        }
+        if let Some(c) = &self.cache {
+            c.put("trees", id, &body);
+        }
+        Ok(body)
+    }
+
+    /// The cache, if this repository keeps one.
+    pub fn cache(&self) -> Option<&Cache> {
+        self.cache.as_ref()
+    }
+
     /// A range of an object.
     pub async fn read_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<bytes::Bytes> {
         let what = format!("read {key}");
@@ -284,6 +368,10 @@ impl Repo {
         let packed = zstd::bulk::compress(plain, 3).map_err(|e| Error::Permanent(e.to_string()))?;
         let sealed = self.key.seal(&packed);
         let id = Id::of(&sealed);
+        let cache = self.cache.as_ref().filter(|_| cached_kind(kind));
+        if let Some(c) = cache {
+            c.put(kind, &id, &sealed);
+        }
         self.put(&join(&self.root, &format!("{kind}/{id}")), sealed)
             .await?;
         Ok(id)
@@ -291,14 +379,8 @@ impl Repo {
 
     /// Reads a file [`Repo::save_file`] wrote, checked against its name and decrypted.
     pub async fn load_file(&self, kind: &str, id: &Id) -> Result<Vec<u8>> {
-        let key = join(&self.root, &format!("{kind}/{id}"));
-        let sealed = self.read(&key).await?;
+        let sealed = self.load_raw(kind, id).await?;
         let what = format!("{}/{kind}/{id}", self.url());
-        if Id::of(&sealed) != *id {
-            return Err(Error::Checksum(format!(
-                "{what}: content does not match its name (damaged)"
-            )));
-        }
         let packed = self.key.open(&sealed, &what)?;
         zstd::stream::decode_all(&packed[..])
             .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))
@@ -329,6 +411,9 @@ impl Repo {
     /// index files are returned as errors beside the rest.
     pub async fn load_index(&self) -> Result<(Index, Vec<Id>, Vec<Error>)> {
         let ids = self.list_ids("index").await?;
+        if let Some(c) = &self.cache {
+            c.retain("index", &ids.iter().copied().collect());
+        }
         let mut loaded = futures::stream::iter(ids.clone())
             .map(|id| async move {
                 let what = format!("{}/index/{id}", self.url());
@@ -353,6 +438,13 @@ impl Repo {
         idx.finish();
         Ok((idx, good, errors))
     }
+}
+
+/// Unwraps a stored key file with `password`: `Ok(None)` when the password is not its.
+fn unwrap_key(body: &[u8], password: &[u8]) -> Result<Option<MasterKey>> {
+    let kf: KeyFile =
+        serde_json::from_slice(body).map_err(|e| Error::Invalid(format!("key file: {e}")))?;
+    kf.unwrap(password)
 }
 
 fn show(store: &SharedStore, root: &str) -> String {

@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// A store operation's failure, classified so that the engine knows whether to retry.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The object, bucket or container does not exist.
     #[error("not found: {0}")]

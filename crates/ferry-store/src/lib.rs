@@ -111,6 +111,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()>;
     /// Reads `range` of an object; the range must lie within it.
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes>;
+    /// Reads a whole small object. Stores that can answer in one request override this;
+    /// the default asks for the size first.
+    async fn get(&self, key: &str) -> Result<Bytes> {
+        let size = self.head(key).await?.size;
+        self.get_range(key, 0..size).await
+    }
     /// Size, etag and metadata of one object.
     async fn head(&self, key: &str) -> Result<ObjectInfo>;
     /// Every object under `prefix`, recursively, sorted by key.

@@ -160,6 +160,16 @@ impl Store for LocalStore {
         .await
     }
 
+    async fn get(&self, key: &str) -> Result<Bytes> {
+        let path = self.path(key);
+        blocking(move || {
+            fs::read(&path)
+                .map(Bytes::from)
+                .map_err(|e| Error::io(path.display(), e))
+        })
+        .await
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectInfo> {
         let path = self.path(key);
         let meta = fs::metadata(&path).map_err(|e| Error::io(path.display(), e))?;

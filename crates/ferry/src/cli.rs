@@ -68,6 +68,12 @@ pub struct Global {
     /// Command printing the repository password.
     #[arg(long, global = true, env = "FERRY_PASSWORD_COMMAND")]
     pub password_command: Option<String>,
+    /// Where remote repositories' metadata is cached [default: $XDG_CACHE_HOME/ferry/repos, else ~/.cache/ferry/repos].
+    #[arg(long, global = true, env = "FERRY_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Read every repository file from the store, none from the local cache.
+    #[arg(long, global = true)]
+    pub no_cache: bool,
     /// Extra trusted CA certificates (PEM) [default: AWS_CA_BUNDLE or SSL_CERT_FILE].
     #[arg(long, global = true, env = "FERRY_CA_CERT")]
     pub ca_cert: Option<PathBuf>,

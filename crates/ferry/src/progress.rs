@@ -26,6 +26,11 @@ impl Bar {
         Self(bar)
     }
 
+    /// True when the bar is drawn: totals for its ETA are worth gathering.
+    pub fn is_drawn(&self) -> bool {
+        !self.0.is_hidden()
+    }
+
     /// Prints a line above the bar.
     pub fn println(&self, line: &str) {
         if self.0.is_hidden() {

@@ -1,13 +1,19 @@
 //! `ferry backup` and `ferry restore`.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use ferry_repo::archiver::{Archiver, BackupProgress};
+use ferry_repo::archiver::{Archiver, BackupProgress, Gate};
+use ferry_repo::blob::{Trees, PRELOAD_MAX};
+use ferry_repo::index::Index;
+use ferry_repo::lock::Lock;
+use ferry_repo::{Id, Repo};
 use ferry_transfer::{Engine, Progress};
+use futures::FutureExt;
 
 use crate::cli::{BackupArgs, Global, RestoreArgs};
 use crate::cmd::repo::{find, list, locked, open};
@@ -77,19 +83,151 @@ pub async fn backup(
 ) -> Result<()> {
     let started = Instant::now();
     let repo = open(g, stores, engine).await?;
-    locked(&repo, run_backup(args, &repo, out, started)).await
+    tracing::debug!(ms = started.elapsed().as_millis(), "repository open");
+    // The index is first read while the lock is being taken. If a prune changed it in that
+    // window (nothing was written yet), the backup runs again with the index read under it.
+    if run_backup(args, &repo, out, started, true).await? == Run::Done {
+        return Ok(());
+    }
+    tracing::info!("the repository's index changed while the lock was taken: reading it again");
+    run_backup(args, &repo, out, started, false).await?;
+    Ok(())
+}
+
+#[derive(PartialEq)]
+enum Run {
+    Done,
+    IndexChanged,
+}
+
+/// Takes the shared lock. Speculating, it also checks that every index file `loaded` is still
+/// there once the lock is held, which `changed` reports.
+fn lock_gate(
+    repo: &Arc<Repo>,
+    lock: tokio::task::JoinHandle<ferry_store::Result<Lock>>,
+    held: Arc<tokio::sync::Mutex<Option<Lock>>>,
+    loaded: Option<Vec<Id>>,
+    changed: Arc<AtomicBool>,
+) -> Gate {
+    let repo = repo.clone();
+    async move {
+        let lock = lock
+            .await
+            .map_err(|e| ferry_store::Error::Permanent(e.to_string()))??;
+        *held.lock().await = Some(lock);
+        if let Some(loaded) = loaded {
+            let now: HashSet<Id> = repo.list_ids("index").await?.into_iter().collect();
+            if !loaded.iter().all(|id| now.contains(id)) {
+                changed.store(true, Ordering::Relaxed);
+                return Err(ferry_store::Error::Transient(
+                    "the repository's index changed while the lock was taken".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+    .boxed()
+    .shared()
 }
 
 async fn run_backup(
     args: &BackupArgs,
-    repo: &Arc<ferry_repo::Repo>,
+    repo: &Arc<Repo>,
     out: &Output,
     started: Instant,
+    speculate: bool,
+) -> Result<Run> {
+    let held = Arc::new(tokio::sync::Mutex::new(None));
+    let changed = Arc::new(AtomicBool::new(false));
+    let mut lock = Some(tokio::spawn(Lock::acquire(repo.clone(), false)));
+    let gate = if speculate {
+        None
+    } else {
+        let gate = lock_gate(
+            repo,
+            lock.take().expect("spawned"),
+            held.clone(),
+            None,
+            changed.clone(),
+        );
+        gate.clone().await?;
+        Some(gate)
+    };
+    let work = async {
+        // Cached tree packs are decoded while the index and snapshots are listed.
+        let ((index, loaded, errs), snaps, trees) = tokio::try_join!(
+            async { repo.load_index().await.map_err(anyhow::Error::from) },
+            list(repo),
+            async { Ok(Trees::cached(repo).await) },
+        )?;
+        let known = Known {
+            index,
+            errs,
+            snaps,
+            trees,
+        };
+        let gate = match gate {
+            Some(g) => g,
+            None => {
+                let lock = lock.take().expect("spawned");
+                let g = lock_gate(repo, lock, held.clone(), Some(loaded), changed.clone());
+                tokio::spawn(g.clone()); // taken now, not when first written through
+                g
+            }
+        };
+        let r = save(args, repo, out, started, known, gate.clone()).await;
+        // Whatever happened, the lock is released only once it is known whether it was held.
+        let _ = gate.await;
+        r
+    };
+    let r = work.await;
+    if let Some(task) = lock {
+        // The work failed before the lock was needed: it is released all the same.
+        if let Ok(Ok(lock)) = task.await {
+            lock.release().await?;
+        }
+    }
+    if let Some(lock) = held.lock().await.take() {
+        lock.release().await?;
+    }
+    match r {
+        Err(_) if changed.load(Ordering::Relaxed) => Ok(Run::IndexChanged),
+        Err(e) => Err(e),
+        Ok(()) => Ok(Run::Done),
+    }
+}
+
+/// What a backup reads from the repository before it starts.
+struct Known {
+    index: Index,
+    /// Index files that could not be read.
+    errs: Vec<ferry_store::Error>,
+    snaps: Vec<(Id, ferry_repo::Snapshot)>,
+    /// Trees decoded from the cache so far.
+    trees: Trees,
+}
+
+async fn save(
+    args: &BackupArgs,
+    repo: &Arc<Repo>,
+    out: &Output,
+    started: Instant,
+    known: Known,
+    gate: Gate,
 ) -> Result<()> {
-    let (index, _, errs) = repo.load_index().await?;
+    let Known {
+        index,
+        errs,
+        snaps,
+        trees,
+    } = known;
     if let Some(e) = errs.first() {
         bail!("{e} (run ferry check)");
     }
+    tracing::debug!(
+        ms = started.elapsed().as_millis(),
+        "index and snapshots read"
+    );
     let progress = BarProgress::new(out);
     let index = Arc::new(index);
     let host = ferry_repo::snapshot::hostname();
@@ -105,37 +243,50 @@ async fn run_backup(
                     .unwrap_or_default()
             })
             .collect();
-        list(repo)
-            .await?
+        snaps
             .into_iter()
             .rfind(|(_, s)| s.hostname == host && s.paths == shown)
     };
     // The parent's listings, read up front in a few parallel pack reads.
     let trees = if parent.is_some() {
-        ferry_repo::blob::Trees::preload(repo, &index, ferry_repo::blob::PRELOAD_MAX).await?
+        trees.complete(repo, &index, PRELOAD_MAX).await?
     } else {
-        ferry_repo::blob::Trees::default()
+        Trees::default()
     };
+    tracing::debug!(ms = started.elapsed().as_millis(), "trees preloaded");
     let arch = Archiver::new(repo.clone(), index, trees, progress.clone());
-    let outcome = if args.stdin {
-        let name = args.name.clone().expect("clap requires --name");
-        arch.backup_stream(std::io::stdin(), &name, args.tag.clone())
-            .await?
-    } else {
-        let mut paths = Vec::new();
-        for p in &args.paths {
-            let abs =
-                std::path::absolute(p).with_context(|| format!("bad path {}", p.display()))?;
-            if std::fs::symlink_metadata(&abs).is_err() {
-                bail!("{}: no such file or directory", p.display());
+    arch.write_after(gate.clone());
+    let work = async {
+        if args.stdin {
+            let name = args.name.clone().expect("clap requires --name");
+            Ok(arch
+                .backup_stream(std::io::stdin(), &name, args.tag.clone())
+                .await?)
+        } else {
+            let mut paths = Vec::new();
+            for p in &args.paths {
+                let abs =
+                    std::path::absolute(p).with_context(|| format!("bad path {}", p.display()))?;
+                if std::fs::symlink_metadata(&abs).is_err() {
+                    bail!("{}: no such file or directory", p.display());
+                }
+                paths.push(abs);
             }
-            paths.push(abs);
+            // The scan costs a second walk of the tree: only a drawn bar needs its totals.
+            if progress.bar.is_drawn() {
+                let (p2, pr) = (paths.clone(), progress.clone());
+                std::thread::spawn(move || scan(p2, pr));
+            }
+            Ok(arch.backup_paths(&paths, parent, args.tag.clone()).await?)
         }
-        let (p2, pr) = (paths.clone(), progress.clone());
-        std::thread::spawn(move || scan(p2, pr));
-        arch.backup_paths(&paths, parent, args.tag.clone()).await?
+    };
+    // A lock that cannot be taken ends the backup at once, not at its first write.
+    let outcome = tokio::select! {
+        r = work => r?,
+        Err(e) = gate => return Err(e.into()),
     };
     progress.bar.finish();
+    tracing::debug!(ms = started.elapsed().as_millis(), "snapshot saved");
     let s = &outcome.snapshot.summary;
     let secs = started.elapsed().as_secs_f64();
     if out.json {

@@ -7,7 +7,7 @@ use ferry_repo::forget::{keep, Policy};
 use ferry_transfer::Engine;
 
 use crate::cli::{CheckArgs, ForgetArgs, Global};
-use crate::cmd::repo::{list, open};
+use crate::cmd::repo::{list, open, open_uncached};
 use crate::places::Stores;
 use crate::Output;
 
@@ -18,7 +18,7 @@ pub async fn check(
     engine: &Engine,
     out: &Output,
 ) -> Result<()> {
-    let repo = open(g, stores, engine).await?;
+    let repo = open_uncached(g, stores, engine).await?;
     let r = ferry_repo::checker::check(&repo, args.read_data).await?;
     if out.json {
         println!(

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use ferry_repo::cache::Cache;
 use ferry_repo::{Id, Repo, Snapshot};
 use ferry_transfer::Engine;
 
@@ -31,13 +32,43 @@ pub async fn locked<T, E: Into<anyhow::Error>>(
     res.map_err(Into::into)
 }
 
-/// Opens the configured repository.
+/// Opens the configured repository, with a local cache of its metadata when it is remote.
 pub async fn open(g: &Global, stores: &mut Stores, engine: &Engine) -> Result<Arc<Repo>> {
+    open_with(g, stores, engine, !g.no_cache).await
+}
+
+/// Opens the configured repository reading every file from the store: `check` must see
+/// what the store holds, not a good copy of it.
+pub async fn open_uncached(g: &Global, stores: &mut Stores, engine: &Engine) -> Result<Arc<Repo>> {
+    open_with(g, stores, engine, false).await
+}
+
+async fn open_with(
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    cached: bool,
+) -> Result<Arc<Repo>> {
     let place = repo_place(stores)?;
     let pw = password(g, false)?;
+    // A local repository is its own cache.
+    let cache = if cached && place.loc.is_remote() {
+        cache_base(g).and_then(|base| Cache::new(&base, &place.loc.to_string()))
+    } else {
+        None
+    };
     Ok(Arc::new(
-        Repo::open(place.store, &place.key, engine.clone(), &pw).await?,
+        Repo::open(place.store, &place.key, engine.clone(), &pw, cache).await?,
     ))
+}
+
+fn cache_base(g: &Global) -> Option<std::path::PathBuf> {
+    if let Some(d) = &g.cache_dir {
+        return Some(d.clone());
+    }
+    let xdg = std::env::var_os("XDG_CACHE_HOME").map(std::path::PathBuf::from);
+    let home = || std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache"));
+    Some(xdg.or_else(home)?.join("ferry/repos"))
 }
 
 pub async fn init(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {

@@ -69,7 +69,7 @@ async fn unlock(g: &Global, place: &Place, engine: &Engine) -> Result<Option<Unl
         Err(e) => return Err(e.into()),
     }
     let pw = password(g, false).context("the WAL archive is in an encrypted ferry repository")?;
-    let repo = Repo::open(place.store.clone(), &place.key, engine.clone(), &pw).await?;
+    let repo = Repo::open(place.store.clone(), &place.key, engine.clone(), &pw, None).await?;
     let key = WalKey::from_secret(&repo.key().subkey(WAL_KEY_CONTEXT));
     Ok(Some(Unlocked { key, password: pw }))
 }

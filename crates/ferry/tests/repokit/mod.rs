@@ -26,13 +26,26 @@ impl Repo {
         }
     }
 
-    /// A repository in a fresh MinIO bucket; `None` (loud skip) without MinIO.
+    /// A repository in a fresh MinIO bucket, with its own metadata cache (not the user's);
+    /// `None` (loud skip) without MinIO.
     pub fn s3() -> Option<Repo> {
         ferry_testkit::require("AWS_ENDPOINT_URL")?;
+        let cache = std::env::temp_dir().join(ferry_testkit::unique("bk-cache"));
         Some(Repo {
             url: format!("s3://{}/repo", ferry_testkit::unique("bk")),
-            env: vec![("FERRY_PASSWORD".into(), "correct horse".into())],
+            env: vec![
+                ("FERRY_PASSWORD".into(), "correct horse".into()),
+                ("FERRY_CACHE_DIR".into(), cache.display().to_string()),
+            ],
         })
+    }
+
+    /// The metadata cache this repository's runs use, if any.
+    pub fn cache_dir(&self) -> Option<PathBuf> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == "FERRY_CACHE_DIR")
+            .map(|(_, v)| PathBuf::from(v))
     }
 
     /// Runs `ferry ARGS` against the repository, with `extra` environment.
