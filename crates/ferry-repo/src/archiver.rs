@@ -12,7 +12,6 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,6 +30,7 @@ use crate::policy::{Chunking, Everything, Policy};
 use crate::repo::Repo;
 use crate::snapshot::{hostname, Snapshot, Summary};
 use crate::tree::{Node, NodeKind, Tree};
+use crate::walk::{self, ReadAhead};
 
 /// Packs uploading at once: enough to fill a long fat link at 4 blocks each.
 const PACKS_IN_FLIGHT: usize = 6;
@@ -100,20 +100,6 @@ fn seal_blob<R>(key: &MasterKey, plain: &[u8], f: impl FnOnce(&[u8]) -> R) -> Re
     })
 }
 
-/// The xattrs of `path`, names and values in hex; unreadable ones are left out, as on
-/// filesystems without xattrs.
-fn xattrs_of(path: &Path) -> Vec<(String, String)> {
-    let Ok(names) = xattr::list(path) else {
-        return Vec::new();
-    };
-    names
-        .filter_map(|x| {
-            let v = xattr::get(path, &x).ok()??;
-            Some((hex::encode(x.as_bytes()), hex::encode(v)))
-        })
-        .collect()
-}
-
 /// Room for a data pack: it closes at the first blob past the pack size, so one largest
 /// sealed chunk more, and its header.
 fn data_pack_room(cfg: &crate::repo::Config) -> usize {
@@ -166,6 +152,7 @@ pub struct Archiver {
     repo: Arc<Repo>,
     index: Arc<Index>,
     gate: std::sync::OnceLock<Gate>,
+    ahead: std::sync::OnceLock<Arc<ReadAhead>>,
     state: Mutex<State>,
     uploads: Mutex<JoinSet<Result<()>>>,
     slots: Arc<Semaphore>,
@@ -180,7 +167,7 @@ pub struct Archiver {
     trust_before: AtomicI64,
 }
 
-fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64)
@@ -211,6 +198,7 @@ impl Archiver {
             repo,
             index,
             gate: std::sync::OnceLock::new(),
+            ahead: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 data: Packer::with_capacity(room),
                 tree: Packer::default(),
@@ -238,6 +226,26 @@ impl Archiver {
     /// being taken: only what it writes must wait for the lock. Set before the backup starts.
     pub fn write_after(&self, gate: Gate) {
         let _ = self.gate.set(gate);
+    }
+
+    /// Takes directory listings from `ahead`, which began before this archiver: the snapshot
+    /// then starts when it did. Set before the backup starts.
+    pub fn read_ahead(&self, ahead: Arc<ReadAhead>) {
+        let _ = self.ahead.set(ahead);
+    }
+
+    // The archiver lists faster than the read-ahead alone, and would list again what the
+    // read-ahead had not reached yet.
+    fn stop_reading_ahead(&self) {
+        if let Some(ra) = self.ahead.get() {
+            ra.stop();
+        }
+    }
+
+    /// When this backup began reading, in nanoseconds since the epoch.
+    fn start_ns(&self) -> i64 {
+        let ahead = self.ahead.get().map(|ra| ra.started());
+        ahead.map_or(self.started, |a| a.min(self.started))
     }
 
     async fn writable(&self) -> Result<()> {
@@ -382,60 +390,6 @@ impl Archiver {
         Ok((ids, read))
     }
 
-    /// The node for `path`, with a directory's xattrs (a file's come with its content).
-    fn node(path: &Path, name: &std::ffi::OsStr) -> std::io::Result<Node> {
-        let mut n = Self::node_of(&fs::symlink_metadata(path)?, path, name)?;
-        if n.kind == NodeKind::Dir {
-            n.xattrs = xattrs_of(path);
-        }
-        Ok(n)
-    }
-
-    /// The node for `path` whose metadata is `m`; without xattrs for files, which
-    /// [`Archiver::save_node`] takes from the parent when the file is unchanged.
-    fn node_of(m: &fs::Metadata, path: &Path, name: &std::ffi::OsStr) -> std::io::Result<Node> {
-        let ft = m.file_type();
-        let kind = if ft.is_file() {
-            NodeKind::File
-        } else if ft.is_dir() {
-            NodeKind::Dir
-        } else if ft.is_symlink() {
-            NodeKind::Symlink
-        } else if ft.is_fifo() {
-            NodeKind::Fifo
-        } else if ft.is_char_device() {
-            NodeKind::Chardev
-        } else if ft.is_block_device() {
-            NodeKind::Blockdev
-        } else {
-            NodeKind::Socket
-        };
-        let mut n = Node {
-            name: String::new(),
-            name_hex: false,
-            kind,
-            mode: m.mode() & 0o7777,
-            uid: m.uid(),
-            gid: m.gid(),
-            mtime: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-            ctime: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
-            inode: m.ino(),
-            dev: m.dev(),
-            nlink: m.nlink(),
-            size: if kind == NodeKind::File { m.size() } else { 0 },
-            content: Vec::new(),
-            subtree: None,
-            target: None,
-            rdev: matches!(kind, NodeKind::Chardev | NodeKind::Blockdev).then(|| m.rdev()),
-            xattrs: Vec::new(),
-        };
-        n.set_name(name);
-        if kind == NodeKind::Symlink {
-            n.target = Some(hex::encode(fs::read_link(path)?.as_os_str().as_bytes()));
-        }
-        Ok(n)
-    }
-
     /// Loads a tree blob of an older snapshot, with its id, to compare against; `None` when
     /// unreadable or no longer indexed.
     async fn old_tree(&self, id: Option<Id>) -> Option<(Id, Tree)> {
@@ -466,7 +420,7 @@ impl Archiver {
             .file_name()
             .map(|n| n.to_os_string())
             .unwrap_or_default();
-        let node = Self::node(&path, &name);
+        let node = walk::node(&path, &name);
         self.save_node(path, node, old)
     }
 
@@ -505,7 +459,7 @@ impl Archiver {
                         let _permit = me.files.acquire().await.expect("open semaphore");
                         let (m2, p2, size) = (me.clone(), path.clone(), node.size);
                         let saved = tokio::task::spawn_blocking(move || {
-                            let xattrs = xattrs_of(&p2);
+                            let xattrs = walk::xattrs_of(&p2);
                             m2.save_content(&p2, size).map(|r| (r, xattrs))
                         });
                         match saved.await {
@@ -564,36 +518,16 @@ impl Archiver {
     ) -> BoxFuture<'static, Result<Id>> {
         let me = self.clone();
         async move {
-            let (p, me2) = (path.clone(), me.clone());
-            // One blocking call reads the directory and every entry's metadata: an unchanged
-            // file then costs no task of its own.
-            type Entries = Vec<(std::ffi::OsString, std::io::Result<Node>)>;
-            // Each entry is stat'ed relative to the open directory (fstatat), not by a path
-            // the kernel walks again from the root.
-            let entries: Entries = tokio::task::spawn_blocking(move || {
-                let mut found: Vec<fs::DirEntry> =
-                    fs::read_dir(&p)?.collect::<std::io::Result<_>>()?;
-                found.retain(|e| me2.policy.include(&e.path()));
-                found.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
-                Ok::<Entries, std::io::Error>(
-                    found
-                        .into_iter()
-                        .map(|e| {
-                            let (name, path) = (e.file_name(), e.path());
-                            let node = e.metadata().and_then(|m| {
-                                let mut n = Self::node_of(&m, &path, &name)?;
-                                if n.kind == NodeKind::Dir {
-                                    n.xattrs = xattrs_of(&path);
-                                }
-                                Ok(n)
-                            });
-                            (name, node)
-                        })
-                        .collect(),
-                )
-            })
-            .await
-            .map_err(|e| Error::Permanent(e.to_string()))?
+            let ahead = me.ahead.get().and_then(|ra| ra.take(&path));
+            let entries = match ahead {
+                Some(listed) => listed,
+                None => {
+                    let (p, me2) = (path.clone(), me.clone());
+                    tokio::task::spawn_blocking(move || walk::entries(&p, me2.policy.as_ref()))
+                        .await
+                        .map_err(|e| Error::Permanent(e.to_string()))?
+                }
+            }
             .map_err(|e| Error::io(path.display(), e))?;
             me.state.lock().expect("state").summary.dirs += 1;
             let (old_id, old_nodes) = match old {
@@ -659,7 +593,7 @@ impl Archiver {
                     .iter()
                     .filter_map(|r| r.strip_prefix(&first).ok().map(Path::to_path_buf))
                     .collect();
-                let mut n = Self::node(&path, &first).map_err(|e| Error::io(path.display(), e))?;
+                let mut n = walk::node(&path, &first).map_err(|e| Error::io(path.display(), e))?;
                 let old_sub = me.old_tree(prev.and_then(|p| p.subtree)).await;
                 n.subtree = Some(me.save_paths(path, deeper, old_sub).await?);
                 nodes.push(n);
@@ -680,6 +614,7 @@ impl Archiver {
             .iter()
             .map(|p| p.strip_prefix("/").unwrap_or(p).to_path_buf())
             .collect();
+        self.stop_reading_ahead();
         for p in paths {
             fs::symlink_metadata(p).map_err(|e| Error::io(p.display(), e))?;
         }
@@ -699,6 +634,7 @@ impl Archiver {
     /// Returns the root tree for [`Archiver::commit`], which the caller calls once it has
     /// what the snapshot should record.
     pub async fn save_root(self: &Arc<Self>, dir: &Path, parent: Option<&Snapshot>) -> Result<Id> {
+        self.stop_reading_ahead();
         self.trust_parent(parent);
         let old = match parent {
             Some(s) => self.old_tree(Some(s.tree)).await,
@@ -818,7 +754,7 @@ impl Archiver {
             tree: root,
             parent,
             summary,
-            start: Some(self.started),
+            start: Some(self.start_ns()),
             extra,
         };
         let id = self

@@ -24,6 +24,7 @@ pub mod repo;
 pub mod restorer;
 pub mod snapshot;
 pub mod tree;
+pub mod walk;
 
 pub use blob::{load_blob, load_tree};
 pub use id::Id;

@@ -11,6 +11,8 @@ use ferry_repo::archiver::{Archiver, BackupProgress, Gate};
 use ferry_repo::blob::{Trees, PRELOAD_MAX};
 use ferry_repo::index::Index;
 use ferry_repo::lock::Lock;
+use ferry_repo::policy::Everything;
+use ferry_repo::walk::ReadAhead;
 use ferry_repo::{Id, Repo};
 use ferry_transfer::{Engine, Progress};
 use futures::FutureExt;
@@ -82,15 +84,23 @@ pub async fn backup(
     out: &Output,
 ) -> Result<()> {
     let started = Instant::now();
+    // Directories are listed while the key is unwrapped and the index read.
+    let ahead = (!args.stdin).then(|| {
+        let paths = args
+            .paths
+            .iter()
+            .filter_map(|p| std::path::absolute(p).ok());
+        ReadAhead::start(paths.collect(), Arc::new(Everything))
+    });
     let repo = open(g, stores, engine).await?;
     tracing::debug!(ms = started.elapsed().as_millis(), "repository open");
     // The index is first read while the lock is being taken. If a prune changed it in that
     // window (nothing was written yet), the backup runs again with the index read under it.
-    if run_backup(args, &repo, out, started, true).await? == Run::Done {
+    if run_backup(args, &repo, out, started, true, ahead.clone()).await? == Run::Done {
         return Ok(());
     }
     tracing::info!("the repository's index changed while the lock was taken: reading it again");
-    run_backup(args, &repo, out, started, false).await?;
+    run_backup(args, &repo, out, started, false, ahead).await?;
     Ok(())
 }
 
@@ -136,6 +146,7 @@ async fn run_backup(
     out: &Output,
     started: Instant,
     speculate: bool,
+    ahead: Option<Arc<ReadAhead>>,
 ) -> Result<Run> {
     let held = Arc::new(tokio::sync::Mutex::new(None));
     let changed = Arc::new(AtomicBool::new(false));
@@ -165,6 +176,7 @@ async fn run_backup(
             errs,
             snaps,
             trees,
+            ahead,
         };
         let gate = match gate {
             Some(g) => g,
@@ -205,6 +217,8 @@ struct Known {
     snaps: Vec<(Id, ferry_repo::Snapshot)>,
     /// Trees decoded from the cache so far.
     trees: Trees,
+    /// Directories listed so far.
+    ahead: Option<Arc<ReadAhead>>,
 }
 
 async fn save(
@@ -220,6 +234,7 @@ async fn save(
         errs,
         snaps,
         trees,
+        ahead,
     } = known;
     if let Some(e) = errs.first() {
         bail!("{e} (run ferry check)");
@@ -256,6 +271,9 @@ async fn save(
     tracing::debug!(ms = started.elapsed().as_millis(), "trees preloaded");
     let arch = Archiver::new(repo.clone(), index, trees, progress.clone());
     arch.write_after(gate.clone());
+    if let Some(ra) = ahead {
+        arch.read_ahead(ra);
+    }
     let work = async {
         if args.stdin {
             let name = args.name.clone().expect("clap requires --name");

@@ -1,0 +1,174 @@
+//! Reading directories for a backup: each entry's metadata as a [`Node`], and a read-ahead
+//! that lists directories while the repository is still being opened (Argon2, the index),
+//! so that the walk of an unchanged tree overlaps what it cannot start without.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::policy::Policy;
+use crate::tree::{Node, NodeKind};
+
+/// A directory's entries, sorted by name, each with its node or why it could not be read.
+pub(crate) type Entries = Vec<(OsString, std::io::Result<Node>)>;
+
+/// The read-ahead keeps at most this many entries waiting: about 60 MiB of nodes.
+const AHEAD_MAX: usize = 250_000;
+
+/// The xattrs of `path`, names and values in hex; unreadable ones are left out, as on
+/// filesystems without xattrs.
+pub(crate) fn xattrs_of(path: &Path) -> Vec<(String, String)> {
+    let Ok(names) = xattr::list(path) else {
+        return Vec::new();
+    };
+    names
+        .filter_map(|x| {
+            let v = xattr::get(path, &x).ok()??;
+            Some((hex::encode(x.as_bytes()), hex::encode(v)))
+        })
+        .collect()
+}
+
+/// The node for `path`, with a directory's xattrs (a file's come with its content).
+pub(crate) fn node(path: &Path, name: &std::ffi::OsStr) -> std::io::Result<Node> {
+    let mut n = node_of(&fs::symlink_metadata(path)?, path, name)?;
+    if n.kind == NodeKind::Dir {
+        n.xattrs = xattrs_of(path);
+    }
+    Ok(n)
+}
+
+/// The node for `path` whose metadata is `m`; without xattrs for files, which
+/// [`Archiver::save_node`] takes from the parent when the file is unchanged.
+pub(crate) fn node_of(
+    m: &fs::Metadata,
+    path: &Path,
+    name: &std::ffi::OsStr,
+) -> std::io::Result<Node> {
+    let ft = m.file_type();
+    let kind = if ft.is_file() {
+        NodeKind::File
+    } else if ft.is_dir() {
+        NodeKind::Dir
+    } else if ft.is_symlink() {
+        NodeKind::Symlink
+    } else if ft.is_fifo() {
+        NodeKind::Fifo
+    } else if ft.is_char_device() {
+        NodeKind::Chardev
+    } else if ft.is_block_device() {
+        NodeKind::Blockdev
+    } else {
+        NodeKind::Socket
+    };
+    let mut n = Node {
+        name: String::new(),
+        name_hex: false,
+        kind,
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        mtime: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        ctime: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+        inode: m.ino(),
+        dev: m.dev(),
+        nlink: m.nlink(),
+        size: if kind == NodeKind::File { m.size() } else { 0 },
+        content: Vec::new(),
+        subtree: None,
+        target: None,
+        rdev: matches!(kind, NodeKind::Chardev | NodeKind::Blockdev).then(|| m.rdev()),
+        xattrs: Vec::new(),
+    };
+    n.set_name(name);
+    if kind == NodeKind::Symlink {
+        n.target = Some(hex::encode(fs::read_link(path)?.as_os_str().as_bytes()));
+    }
+    Ok(n)
+}
+
+/// Lists `dir` and reads every entry's metadata, relative to the open directory (fstatat),
+/// not by a path the kernel walks again from the root.
+pub(crate) fn entries(dir: &Path, policy: &dyn Policy) -> std::io::Result<Entries> {
+    let mut found: Vec<fs::DirEntry> = fs::read_dir(dir)?.collect::<std::io::Result<_>>()?;
+    found.retain(|e| policy.include(&e.path()));
+    found.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
+    Ok(found
+        .into_iter()
+        .map(|e| {
+            let (name, path) = (e.file_name(), e.path());
+            let node = e.metadata().and_then(|m| {
+                let mut n = node_of(&m, &path, &name)?;
+                if n.kind == NodeKind::Dir {
+                    n.xattrs = xattrs_of(&path);
+                }
+                Ok(n)
+            });
+            (name, node)
+        })
+        .collect())
+}
+
+/// Directories listed ahead of a backup, depth-first in the order the archiver visits them,
+/// on a thread of its own, until the archiver starts ([`ReadAhead::stop`]).
+pub struct ReadAhead {
+    /// Nanoseconds since the epoch when the first directory was listed: the snapshot's start.
+    started: i64,
+    stop: AtomicBool,
+    listed: Mutex<HashMap<PathBuf, std::io::Result<Entries>>>,
+}
+
+impl ReadAhead {
+    /// Starts listing the directories `paths` (absolute) and everything under them.
+    pub fn start(paths: Vec<PathBuf>, policy: Arc<dyn Policy>) -> Arc<ReadAhead> {
+        let ra = Arc::new(ReadAhead {
+            started: crate::archiver::now_ns(),
+            stop: AtomicBool::new(false),
+            listed: Mutex::new(HashMap::new()),
+        });
+        let me = ra.clone();
+        std::thread::spawn(move || {
+            let mut held = 0;
+            let mut todo: Vec<PathBuf> = paths.into_iter().rev().collect();
+            while let Some(dir) = todo.pop() {
+                if me.stop.load(Ordering::Relaxed) || held >= AHEAD_MAX {
+                    break;
+                }
+                if !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+                    continue;
+                }
+                let listed = entries(&dir, policy.as_ref());
+                if let Ok(found) = &listed {
+                    held += found.len();
+                    let subdirs = found.iter().rev().filter_map(|(name, n)| {
+                        let n = n.as_ref().ok()?;
+                        (n.kind == NodeKind::Dir).then(|| dir.join(name))
+                    });
+                    todo.extend(subdirs);
+                }
+                me.listed.lock().expect("listed").insert(dir, listed);
+            }
+        });
+        ra
+    }
+
+    /// Stops listing: the archiver lists the rest itself.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// The listing of `dir`, if read ahead; each is handed out once.
+    pub(crate) fn take(&self, dir: &Path) -> Option<std::io::Result<Entries>> {
+        self.listed.lock().expect("listed").remove(dir)
+    }
+
+    /// When the read-ahead began, in nanoseconds since the epoch.
+    pub(crate) fn started(&self) -> i64 {
+        self.started
+    }
+}
