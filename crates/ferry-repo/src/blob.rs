@@ -18,36 +18,70 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-/// zstd frames with their size in the header (all that ferry writes) go into a buffer of
-/// exactly that size through this thread's context; others stream.
-fn decompress(data: &[u8]) -> std::io::Result<Vec<u8>> {
+/// Decompresses `data` into `out`, replacing what it held. zstd frames with their size in
+/// the header (all that ferry writes) go straight into `out` through this thread's context;
+/// others stream.
+fn decompress_into(data: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
+    out.clear();
     match zstd::zstd_safe::get_frame_content_size(data) {
         Ok(Some(n)) if n <= BULK_MAX => UNZSTD.with(|cell| {
             let mut d = cell.borrow_mut();
             if d.is_none() {
                 *d = Some(zstd::bulk::Decompressor::new()?);
             }
-            d.as_mut().expect("set above").decompress(data, n as usize)
+            out.reserve(n as usize);
+            let got = d
+                .as_mut()
+                .expect("set above")
+                .decompress_to_buffer(data, out)?;
+            if got as u64 != n {
+                return Err(std::io::Error::other("frame shorter than its header says"));
+            }
+            Ok(())
         }),
-        _ => zstd::stream::decode_all(data),
+        _ => zstd::stream::copy_decode(data, &mut *out),
     }
 }
 
 /// The plaintext of a sealed blob, checked against `id`.
 pub fn open_blob(key: &MasterKey, sealed: &[u8], id: &Id, what: &str) -> Result<Vec<u8>> {
-    let body = key.open(sealed, what)?;
-    let plain = match body.split_first() {
-        Some((0, rest)) => rest.to_vec(),
-        Some((1, rest)) => decompress(rest)
-            .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))?,
-        _ => return Err(Error::Checksum(format!("{what}: unknown blob encoding"))),
-    };
-    if key.blob_id(&plain) != *id {
-        return Err(Error::Checksum(format!(
-            "{what}: content does not match its id"
-        )));
-    }
-    Ok(plain)
+    with_blob(key, sealed, id, what, <[u8]>::to_vec)
+}
+
+/// Calls `f` with the plaintext of a sealed blob, checked against `id`. The plaintext lives
+/// in reused buffers: a restore opens a blob per chunk, and fresh multi-MiB buffers cost a
+/// page fault and a zeroed page per 4 KiB.
+pub fn with_blob<R>(
+    key: &MasterKey,
+    sealed: &[u8],
+    id: &Id,
+    what: &str,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R> {
+    let mut body = ferry_store::buffer::with_capacity(sealed.len());
+    let mut unpacked = Vec::new();
+    let r = (|| {
+        key.open_into(sealed, &mut body, what)?;
+        let plain = match body.split_first() {
+            Some((0, rest)) => rest,
+            Some((1, rest)) => {
+                unpacked = ferry_store::buffer::with_capacity(sealed.len() * 2);
+                decompress_into(rest, &mut unpacked)
+                    .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))?;
+                &unpacked[..]
+            }
+            _ => return Err(Error::Checksum(format!("{what}: unknown blob encoding"))),
+        };
+        if key.blob_id(plain) != *id {
+            return Err(Error::Checksum(format!(
+                "{what}: content does not match its id"
+            )));
+        }
+        Ok(f(plain))
+    })();
+    ferry_store::buffer::give_back(body);
+    ferry_store::buffer::give_back(unpacked);
+    r
 }
 
 /// Reads one blob.

@@ -76,11 +76,29 @@ impl MasterKey {
 
     /// Decrypts what [`MasterKey::seal`] made; `what` names it in the error.
     pub fn open(&self, sealed: &[u8], what: &str) -> Result<Vec<u8>> {
-        open_with(&self.enc, sealed).ok_or_else(|| {
+        let mut out = Vec::new();
+        self.open_into(sealed, &mut out, what)?;
+        Ok(out)
+    }
+
+    /// Decrypts what [`MasterKey::seal`] made into `out`, replacing what it held: a caller
+    /// that reuses `out` allocates nothing per call.
+    pub fn open_into(&self, sealed: &[u8], out: &mut Vec<u8>, what: &str) -> Result<()> {
+        let bad = || {
             Error::Checksum(format!(
                 "{what}: does not decrypt (damaged or not this repository's)"
             ))
-        })
+        };
+        if sealed.len() < OVERHEAD {
+            return Err(bad());
+        }
+        let (nonce, rest) = sealed.split_at(NONCE);
+        let (ct, tag) = rest.split_at(rest.len() - TAG);
+        out.clear();
+        out.extend_from_slice(ct);
+        XChaCha20Poly1305::new((&self.enc).into())
+            .decrypt_in_place_detached(XNonce::from_slice(nonce), b"", out, tag.into())
+            .map_err(|_| bad())
     }
 
     /// The id of a blob with this plaintext.

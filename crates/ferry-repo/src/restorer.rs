@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use ferry_store::{Error, Result};
 use futures::StreamExt;
 
-use crate::blob::open_blob;
+use crate::blob::with_blob;
+use crate::dirfd;
 use crate::id::Id;
 use crate::index::Index;
 use crate::repo::{Repo, READ_AHEAD};
@@ -94,40 +95,80 @@ fn cstr(p: &Path) -> Result<CString> {
 
 /// Sets owner (when root), mode, times and xattrs, without following symlinks.
 fn apply_meta(path: &Path, n: &Node) -> std::io::Result<()> {
-    let c = cstr(path).map_err(std::io::Error::other)?;
-    // SAFETY: valid NUL-terminated path; plain syscalls.
-    unsafe {
-        if libc::geteuid() == 0 {
-            libc::lchown(c.as_ptr(), n.uid, n.gid);
-        }
-    }
-    if n.kind != NodeKind::Symlink {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(n.mode))?;
+    // SAFETY: geteuid cannot fail.
+    let owner = (unsafe { libc::geteuid() } == 0).then_some((n.uid, n.gid));
+    let symlink = n.kind == NodeKind::Symlink;
+    if !symlink {
         for (k, v) in &n.xattrs {
             if let (Ok(k), Ok(v)) = (hex::decode(k), hex::decode(v)) {
                 let _ = xattr::set(path, OsStr::from_bytes(&k), &v);
             }
         }
     }
-    let ts = |ns: i64| libc::timespec {
-        tv_sec: ns.div_euclid(1_000_000_000),
-        tv_nsec: ns.rem_euclid(1_000_000_000),
-    };
-    let times = [ts(n.mtime), ts(n.mtime)];
-    // SAFETY: valid path and a two-element timespec array, as utimensat requires.
-    let rc = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
+    dirfd::set_meta(path, owner, (!symlink).then_some(n.mode), n.mtime)
+}
+
+/// Makes the entry `n` at `path`: a file under its temp name, sized (holes where nothing
+/// is written, so sparse files come back sparse), or a symlink or special file.
+fn create(path: &Path, n: &Node) -> std::io::Result<()> {
+    match n.kind {
+        NodeKind::File => dirfd::create(&temp_of(path)).and_then(|f| f.set_len(n.size)),
+        NodeKind::Symlink => {
+            let t = hex::decode(n.target.as_deref().unwrap_or_default()).unwrap_or_default();
+            let _ = fs::remove_file(path);
+            std::os::unix::fs::symlink(OsStr::from_bytes(&t), path)
+        }
+        NodeKind::Fifo | NodeKind::Chardev | NodeKind::Blockdev => {
+            let kind = match n.kind {
+                NodeKind::Fifo => libc::S_IFIFO,
+                NodeKind::Chardev => libc::S_IFCHR,
+                _ => libc::S_IFBLK,
+            };
+            let c = cstr(path).map_err(std::io::Error::other)?;
+            let _ = fs::remove_file(path);
+            // SAFETY: valid path; mknod creates a node or fails.
+            let rc = unsafe {
+                libc::mknod(
+                    c.as_ptr(),
+                    kind | (n.mode & 0o7777),
+                    n.rdev.unwrap_or(0) as libc::dev_t,
+                )
+            };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        }
+        NodeKind::Dir | NodeKind::Socket => Ok(()),
     }
-    Ok(())
+}
+
+/// Runs `f` on `0..n` on all cores, each core a contiguous share (mostly other directories
+/// than the next core's, whose locks they would contend for); returns what failed.
+async fn on_all_cores<F>(n: usize, f: F) -> Result<Vec<(usize, String)>>
+where
+    F: Fn(usize) -> std::result::Result<(), (usize, String)> + Send + Sync + 'static,
+{
+    let f = Arc::new(f);
+    let cores = std::thread::available_parallelism().map_or(2, |c| c.get());
+    let share = n.div_ceil(cores).max(1);
+    let tasks: Vec<_> = (0..n)
+        .step_by(share)
+        .map(|from| {
+            let f = f.clone();
+            tokio::task::spawn_blocking(move || {
+                (from..(from + share).min(n))
+                    .filter_map(|k| f(k).err())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for t in tasks {
+        failed.extend(t.await.map_err(|e| Error::Permanent(e.to_string()))?);
+    }
+    Ok(failed)
 }
 
 fn temp_of(path: &Path) -> PathBuf {
@@ -175,6 +216,7 @@ pub async fn restore(
         return Err(Error::NotFound(format!("{include:?}: not in the snapshot")));
     }
     fs::create_dir_all(target).map_err(|e| Error::io(target.display(), e))?;
+    dirfd::forget();
     let mut out = Restored::default();
     let mut damaged: HashMap<usize, String> = HashMap::new();
     // pack -> blob -> (offset, sealed len, targets)
@@ -182,42 +224,19 @@ pub async fn restore(
     let mut links: HashMap<(u64, u64), usize> = HashMap::new();
     let mut hardlinks: Vec<(usize, usize)> = Vec::new();
 
+    // Directories first, in order; everything else is made afterwards on all cores.
+    let mut make = Vec::new();
     for (i, it) in items.iter().enumerate() {
-        let path = target.join(&it.rel);
         let n = &it.node;
-        let made = match n.kind {
+        match n.kind {
             NodeKind::Dir => {
                 out.dirs += 1;
-                fs::create_dir_all(&path)
-            }
-            NodeKind::Symlink => {
-                let t = hex::decode(n.target.as_deref().unwrap_or_default()).unwrap_or_default();
-                let _ = fs::remove_file(&path);
-                std::os::unix::fs::symlink(OsStr::from_bytes(&t), &path)
-            }
-            NodeKind::Fifo | NodeKind::Chardev | NodeKind::Blockdev => {
-                let kind = match n.kind {
-                    NodeKind::Fifo => libc::S_IFIFO,
-                    NodeKind::Chardev => libc::S_IFCHR,
-                    _ => libc::S_IFBLK,
-                };
-                let c = cstr(&path)?;
-                let _ = fs::remove_file(&path);
-                // SAFETY: valid path; mknod creates a node or fails.
-                let rc = unsafe {
-                    libc::mknod(
-                        c.as_ptr(),
-                        kind | (n.mode & 0o7777),
-                        n.rdev.unwrap_or(0) as libc::dev_t,
-                    )
-                };
-                if rc == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
+                let path = target.join(&it.rel);
+                if let Err(e) = fs::create_dir_all(&path) {
+                    damaged.insert(i, e.to_string());
                 }
             }
-            NodeKind::Socket => Ok(()),
+            NodeKind::Socket => {}
             NodeKind::File => {
                 if n.nlink > 1 {
                     if let Some(&first) = links.get(&(n.dev, n.inode)) {
@@ -247,15 +266,19 @@ pub async fn restore(
                         format!("blobs hold {off} bytes, the snapshot says {}", n.size),
                     );
                 }
-                // set_len leaves holes: chunks of zeros are never written, so sparse files
-                // come back sparse.
-                fs::File::create(temp_of(&path)).and_then(|f| f.set_len(n.size))
+                make.push(i);
             }
-        };
-        if let Err(e) = made {
-            damaged.insert(i, e.to_string());
+            _ => make.push(i),
         }
     }
+    let items = Arc::new(items);
+    let (its, root) = (items.clone(), target.to_path_buf());
+    let made = on_all_cores(make.len(), move |k| {
+        let it = &its[make[k]];
+        create(&root.join(&it.rel), &it.node).map_err(|e| (make[k], e.to_string()))
+    })
+    .await?;
+    damaged.extend(made);
 
     // Reads in pack order, each at most a few MiB, many in flight.
     let mut packs: Vec<u32> = by_pack.keys().copied().collect();
@@ -320,39 +343,40 @@ pub async fn restore(
                     let mut open: Option<(usize, fs::File)> = None;
                     for (o, l, id, targets) in r.blobs {
                         let what = format!("blob {} in pack {}", id.short(), r.pack.short());
-                        let plain = match &fetched {
+                        let sealed = match &fetched {
                             Ok(b) => {
                                 let s = (o - r.start) as usize;
-                                open_blob(&key, &b[s..s + l as usize], &id, &what)
+                                Ok(&b[s..s + l as usize])
                             }
                             Err(e) => Err(Error::Permanent(format!("{what}: {e}"))),
                         };
-                        let plain = match plain {
-                            Ok(p) => p,
-                            Err(e) => {
-                                bad.extend(targets.iter().map(|(i, _)| (*i, e.to_string())));
-                                continue;
-                            }
-                        };
-                        let zeros = plain.iter().all(|&b| b == 0);
-                        for (item, off) in targets {
-                            if !zeros {
-                                if open.as_ref().is_none_or(|(i, _)| *i != item) {
-                                    match fs::OpenOptions::new().write(true).open(&paths[item]) {
-                                        Ok(f) => open = Some((item, f)),
-                                        Err(e) => {
-                                            open = None;
+                        let written = sealed.and_then(|sealed| {
+                            with_blob(&key, sealed, &id, &what, |plain| {
+                                let zeros = plain.iter().all(|&b| b == 0);
+                                for &(item, off) in &targets {
+                                    if !zeros {
+                                        if open.as_ref().is_none_or(|(i, _)| *i != item) {
+                                            let f = dirfd::open_write(&paths[item]);
+                                            match f {
+                                                Ok(f) => open = Some((item, f)),
+                                                Err(e) => {
+                                                    open = None;
+                                                    bad.push((item, e.to_string()));
+                                                    continue;
+                                                }
+                                            }
+                                        }
+                                        let (_, f) = open.as_ref().expect("opened above");
+                                        if let Err(e) = f.write_all_at(plain, off) {
                                             bad.push((item, e.to_string()));
-                                            continue;
                                         }
                                     }
+                                    progress.done(plain.len() as u64);
                                 }
-                                let (_, f) = open.as_ref().expect("opened above");
-                                if let Err(e) = f.write_all_at(&plain, off) {
-                                    bad.push((item, e.to_string()));
-                                }
-                            }
-                            progress.done(plain.len() as u64);
+                            })
+                        });
+                        if let Err(e) = written {
+                            bad.extend(targets.iter().map(|(i, _)| (*i, e.to_string())));
                         }
                     }
                     bad
@@ -371,30 +395,31 @@ pub async fn restore(
     drop(running);
     let damaged = damaged.into_inner().expect("damaged");
 
+    // Damaged files are reported; the others get their names and metadata, on all cores.
+    let mut finish = Vec::new();
     for (i, it) in items.iter().enumerate() {
-        let path = target.join(&it.rel);
         if let Some(why) = damaged.get(&i) {
-            let _ = fs::remove_file(temp_of(&path));
+            let _ = fs::remove_file(temp_of(&target.join(&it.rel)));
             out.errors.push(format!("/{}: {why}", it.rel.display()));
-            continue;
-        }
-        if it.node.kind == NodeKind::File {
-            let tmp = temp_of(&path);
-            if !tmp.exists() {
-                continue; // a hard link's second name, linked below
-            }
-            if let Err(e) = fs::rename(&tmp, &path) {
-                out.errors.push(format!("/{}: {e}", it.rel.display()));
-                continue;
-            }
-        }
-        if it.node.kind != NodeKind::Dir && it.node.kind != NodeKind::Socket {
-            if let Err(e) = apply_meta(&path, &it.node) {
-                out.errors
-                    .push(format!("/{}: metadata: {e}", it.rel.display()));
-            }
+        } else if !matches!(it.node.kind, NodeKind::Dir | NodeKind::Socket) {
+            finish.push(i);
         }
     }
+    let second: std::collections::HashSet<usize> = hardlinks.iter().map(|h| h.1).collect();
+    finish.retain(|i| !second.contains(i)); // linked below, to their first name
+    let (its, root) = (items.clone(), target.to_path_buf());
+    let finished = on_all_cores(finish.len(), move |k| {
+        let it = &its[finish[k]];
+        let path = root.join(&it.rel);
+        let rel = it.rel.display();
+        if it.node.kind == NodeKind::File {
+            dirfd::rename_within(&temp_of(&path), &path)
+                .map_err(|e| (finish[k], format!("/{rel}: {e}")))?;
+        }
+        apply_meta(&path, &it.node).map_err(|e| (finish[k], format!("/{rel}: metadata: {e}")))
+    })
+    .await?;
+    out.errors.extend(finished.into_iter().map(|(_, m)| m));
     for (first, other) in hardlinks {
         let a = target.join(&items[first].rel);
         let b = target.join(&items[other].rel);

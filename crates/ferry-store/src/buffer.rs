@@ -82,6 +82,11 @@ impl Buffer {
     }
 }
 
+/// Returns a buffer [`with_capacity`] gave, for the next one to reuse.
+pub fn give_back(v: Vec<u8>) {
+    drop(Buffer { len: 0, buf: v });
+}
+
 impl AsRef<[u8]> for Buffer {
     fn as_ref(&self) -> &[u8] {
         &self.buf[..self.len]
