@@ -29,6 +29,9 @@ CORPUS_BYTES=$(du -sb "$CORPUS" | cut -f1)
 S3=http://127.0.0.1:9000
 export AWS_ACCESS_KEY_ID=minioadmin AWS_SECRET_ACCESS_KEY=minioadmin AWS_REGION=us-east-1
 RESULTS=$W/results.jsonl; : >"$RESULTS"
+# ferry and restic keep a local cache of a remote repository's metadata, warmed by the first
+# backup for the second: both in the scratch directory, cold at the start of every run.
+export FERRY_CACHE_DIR=$W/cache/ferry RESTIC_CACHE_DIR=$W/cache/restic
 
 inns() { local t=$1; shift; if [ "$t" = s3 ]; then ip netns exec "$NS" "$@"; else "$@"; fi; }
 
