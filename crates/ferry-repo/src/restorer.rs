@@ -23,7 +23,8 @@ use crate::snapshot::Snapshot;
 use crate::tree::{Node, NodeKind};
 
 /// Ranged reads in flight: at 4 MiB each, 64 MiB of buffers at most; over the bench's WAN
-/// (8 MB/s per connection, 100 MB/s in all) 16 fill the link.
+/// (8 MB/s per connection, 100 MB/s in all) 16 fill the link. From local disk a read is
+/// ready at once: two per core keep every core busy with less memory.
 const READS_AT_ONCE: usize = 16;
 /// Needed blobs closer than this are fetched in one read, the bytes between them discarded.
 const COALESCE_GAP: u64 = 256 << 10;
@@ -385,7 +386,11 @@ pub async fn restore(
                 .map_err(|e| Error::Permanent(e.to_string()))
             }
         })
-        .buffer_unordered(READS_AT_ONCE);
+        .buffer_unordered(if repo.store().is_local() {
+            2 * cores
+        } else {
+            READS_AT_ONCE
+        });
     while let Some(r) = running.next().await {
         let mut d = damaged.lock().expect("damaged");
         for (i, why) in r? {

@@ -107,6 +107,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn digest_kind(&self) -> Option<DigestKind> {
         Some(DigestKind::Md5)
     }
+    /// True when a read costs no round trip (local disk): a caller then keeps only as many
+    /// reads in flight as it can process, not as many as would cover the latency.
+    fn is_local(&self) -> bool {
+        false
+    }
     /// Writes a whole object in one request.
     async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()>;
     /// Reads `range` of an object; the range must lie within it.

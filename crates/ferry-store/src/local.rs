@@ -115,6 +115,10 @@ impl Store for LocalStore {
         self.root.display().to_string()
     }
 
+    fn is_local(&self) -> bool {
+        true
+    }
+
     fn limits(&self) -> Limits {
         Limits {
             min_block: 1,
