@@ -169,12 +169,16 @@ impl Trees {
 
     /// The trees of every tree pack in the repository's cache, found by the packs' own
     /// headers: no index is needed, so this runs while the index is still being listed.
-    /// Only trees the index later vouches for are used (see the archiver).
-    pub async fn cached(repo: &Repo) -> Trees {
+    /// Only trees the index later vouches for are used (see the archiver). Nothing when the
+    /// cached packs exceed `max_bytes`.
+    pub async fn cached(repo: &Repo, max_bytes: u64) -> Trees {
         use futures::StreamExt;
         let Some(c) = repo.cache() else {
             return Trees::default();
         };
+        if c.bytes("trees") > max_bytes {
+            return Trees::default();
+        }
         let loaded: Vec<Vec<(Id, Tree)>> = futures::stream::iter(c.ids("trees"))
             .map(|pack| async move {
                 let body = c.get("trees", &pack)?;

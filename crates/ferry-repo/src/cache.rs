@@ -88,6 +88,17 @@ impl Cache {
             .collect()
     }
 
+    /// Bytes the cached files of `kind` take.
+    pub fn bytes(&self, kind: &str) -> u64 {
+        let Ok(dir) = fs::read_dir(self.dir.join(kind)) else {
+            return 0;
+        };
+        dir.flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
     /// Removes the cached files of `kind` that are not in `keep`: the repository no longer
     /// has them (forgotten, pruned, or a key removed).
     pub fn retain(&self, kind: &str, keep: &HashSet<Id>) {
@@ -113,6 +124,7 @@ mod tests {
         c.put("index", &id, &body);
         assert_eq!(c.get("index", &id), Some(body.clone()));
         assert_eq!(c.ids("index"), vec![id]);
+        assert_eq!(c.bytes("index"), body.len() as u64);
         // A copy changed on disk is refused and removed.
         fs::write(c.path("index", &id), b"other bytes").expect("write");
         assert_eq!(c.get("index", &id), None);

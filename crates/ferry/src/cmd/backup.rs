@@ -169,7 +169,7 @@ async fn run_backup(
         let ((index, loaded, errs), snaps, trees) = tokio::try_join!(
             async { repo.load_index().await.map_err(anyhow::Error::from) },
             list(repo),
-            async { Ok(Trees::cached(repo).await) },
+            async { Ok(Trees::cached(repo, PRELOAD_MAX).await) },
         )?;
         let known = Known {
             index,
