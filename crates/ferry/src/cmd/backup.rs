@@ -125,6 +125,7 @@ fn lock_gate(
             .await
             .map_err(|e| ferry_store::Error::Permanent(e.to_string()))??;
         *held.lock().await = Some(lock);
+        tracing::debug!("lock held");
         if let Some(loaded) = loaded {
             let now: HashSet<Id> = repo.list_ids("index").await?.into_iter().collect();
             if !loaded.iter().all(|id| now.contains(id)) {
@@ -133,6 +134,7 @@ fn lock_gate(
                     "the repository's index changed while the lock was taken".into(),
                 ));
             }
+            tracing::debug!("index unchanged under the lock");
         }
         Ok(())
     }
