@@ -36,6 +36,10 @@ use crate::walk::{self, ReadAhead};
 const PACKS_IN_FLIGHT: usize = 6;
 /// Files read at once.
 const FILES_AT_ONCE: usize = 8;
+/// Small changed files (one chunk or less) are read this many to a blocking task...
+const SMALL_RUN: usize = 64;
+/// ...or until they hold this many bytes.
+const SMALL_RUN_BYTES: u64 = 4 << 20;
 /// An index file is written once this many packs wait for one, or once a pack has waited
 /// [`INDEX_EVERY`]: a backup killed after that leaves its packs findable.
 const PACKS_PER_INDEX: usize = 16;
@@ -424,6 +428,87 @@ impl Archiver {
         self.save_node(path, node, old)
     }
 
+    /// The parent's node of a file whose content may be kept unread: unchanged since, last
+    /// changed safely before the parent began, and still in the index (a prune that ran
+    /// before this backup's lock may have removed a forgotten parent's chunks).
+    fn reusable<'a>(
+        &self,
+        node: &Node,
+        old: Option<&'a Node>,
+        trust_before: i64,
+    ) -> Option<&'a Node> {
+        old.filter(|o| {
+            node.unchanged_since(o)
+                && o.ctime < trust_before
+                && o.content.iter().all(|c| self.index.has(c))
+        })
+    }
+
+    /// Reads a file's content and xattrs into its `node`; blocking. `None` when it vanished
+    /// or could not be read (reported).
+    fn read_file(self: &Arc<Self>, path: &Path, mut node: Node) -> Option<Node> {
+        let xattrs = walk::xattrs_of(path);
+        match self.save_content(path, node.size) {
+            Ok((ids, read)) => {
+                node.content = ids;
+                node.xattrs = xattrs;
+                node.size = read;
+                let mut st = self.state.lock().expect("state");
+                st.summary.files_read += 1;
+                st.summary.bytes_read += read;
+                Some(node)
+            }
+            Err(Error::NotFound(_)) if self.vanished(&std::io::ErrorKind::NotFound) => None,
+            Err(e) => {
+                self.error(path, e);
+                None
+            }
+        }
+    }
+
+    fn file_done(&self, node: &Node) {
+        self.state.lock().expect("state").summary.total_bytes += node.size;
+        self.progress.done(node.size);
+        self.progress.file_done();
+    }
+
+    /// Reads a run of small changed files in one blocking task: one task per 4 KiB file
+    /// cost more in thread wake-ups than in reading (perf: a sixth of a first backup).
+    fn save_small(
+        self: &Arc<Self>,
+        files: Vec<(PathBuf, Node)>,
+    ) -> BoxFuture<'static, Vec<Option<Node>>> {
+        let me = self.clone();
+        async move {
+            let _permit = me.files.acquire().await.expect("open semaphore");
+            let (m2, paths) = (
+                me.clone(),
+                files.iter().map(|f| f.0.clone()).collect::<Vec<_>>(),
+            );
+            let read = tokio::task::spawn_blocking(move || {
+                files
+                    .into_iter()
+                    .map(|(path, node)| m2.read_file(&path, node))
+                    .collect::<Vec<_>>()
+            });
+            match read.await {
+                Ok(nodes) => {
+                    for n in nodes.iter().flatten() {
+                        me.file_done(n);
+                    }
+                    nodes
+                }
+                Err(e) => {
+                    for p in &paths {
+                        me.error(p, &e);
+                    }
+                    Vec::new()
+                }
+            }
+        }
+        .boxed()
+    }
+
     /// Backs up the entry at `path` whose metadata was read as `node`.
     fn save_node(
         self: &Arc<Self>,
@@ -444,51 +529,25 @@ impl Archiver {
             let trust_before = me.trust_before.load(Ordering::Relaxed);
             match node.kind {
                 NodeKind::File => {
-                    // Content is reused only while the index still holds it: a prune that
-                    // ran before this backup's lock may have removed a forgotten parent's.
-                    if let Some(o) = old.as_ref().filter(|o| {
-                        node.unchanged_since(o)
-                            && o.ctime < trust_before
-                            && o.content.iter().all(|c| me.index.has(c))
-                    }) {
+                    if let Some(o) = me.reusable(&node, old.as_ref(), trust_before) {
                         // Setting an xattr changes the ctime: the parent's are still right.
                         node.content = o.content.clone();
                         node.xattrs = o.xattrs.clone();
                         me.state.lock().expect("state").summary.files_unchanged += 1;
                     } else {
                         let _permit = me.files.acquire().await.expect("open semaphore");
-                        let (m2, p2, size) = (me.clone(), path.clone(), node.size);
-                        let saved = tokio::task::spawn_blocking(move || {
-                            let xattrs = walk::xattrs_of(&p2);
-                            m2.save_content(&p2, size).map(|r| (r, xattrs))
-                        });
-                        match saved.await {
-                            Ok(Ok(((ids, read), xattrs))) => {
-                                node.content = ids;
-                                node.xattrs = xattrs;
-                                node.size = read;
-                                let mut st = me.state.lock().expect("state");
-                                st.summary.files_read += 1;
-                                st.summary.bytes_read += read;
-                            }
-                            Ok(Err(Error::NotFound(_)))
-                                if me.vanished(&std::io::ErrorKind::NotFound) =>
-                            {
-                                return None;
-                            }
-                            Ok(Err(e)) => {
-                                me.error(&path, e);
-                                return None;
-                            }
+                        let (m2, p2) = (me.clone(), path.clone());
+                        let read = tokio::task::spawn_blocking(move || m2.read_file(&p2, node));
+                        match read.await {
+                            Ok(Some(n)) => node = n,
+                            Ok(None) => return None,
                             Err(e) => {
                                 me.error(&path, e);
                                 return None;
                             }
                         }
                     }
-                    me.state.lock().expect("state").summary.total_bytes += node.size;
-                    me.progress.done(node.size);
-                    me.progress.file_done();
+                    me.file_done(&node);
                 }
                 NodeKind::Dir => {
                     let old_tree = me.old_tree(old.and_then(|o| o.subtree)).await;
@@ -542,9 +601,46 @@ impl Archiver {
             let find = |name: &std::ffi::OsStr| {
                 by_name.get(name.as_bytes()).map(|&i| old_nodes[i].clone())
             };
-            let nodes: Vec<Node> = futures::stream::iter(entries)
-                .map(|(name, node)| me.save_node(path.join(&name), node, find(&name)))
+            // Small changed files go in runs, each read by one blocking task; the rest one by
+            // one. Order is kept: the tree lists entries by name.
+            let trust_before = me.trust_before.load(Ordering::Relaxed);
+            let small_max = u64::from(me.repo.config.chunk_min);
+            let mut work: Vec<BoxFuture<'static, Vec<Option<Node>>>> = Vec::new();
+            let mut run: Vec<(PathBuf, Node)> = Vec::new();
+            let mut run_bytes = 0u64;
+            for (name, node) in entries {
+                let old = find(&name);
+                let small = match &node {
+                    Ok(n) => {
+                        n.kind == NodeKind::File
+                            && n.size <= small_max
+                            && me.reusable(n, old.as_ref(), trust_before).is_none()
+                    }
+                    Err(_) => false,
+                };
+                if small {
+                    let n = node.expect("checked above");
+                    run_bytes += n.size;
+                    run.push((path.join(&name), n));
+                    if run.len() >= SMALL_RUN || run_bytes >= SMALL_RUN_BYTES {
+                        work.push(me.save_small(std::mem::take(&mut run)));
+                        run_bytes = 0;
+                    }
+                    continue;
+                }
+                if !run.is_empty() {
+                    work.push(me.save_small(std::mem::take(&mut run)));
+                    run_bytes = 0;
+                }
+                let one = me.save_node(path.join(&name), node, old);
+                work.push(one.map(|n| vec![n]).boxed());
+            }
+            if !run.is_empty() {
+                work.push(me.save_small(run));
+            }
+            let nodes: Vec<Node> = futures::stream::iter(work)
                 .buffered(FILES_AT_ONCE * 2)
+                .flat_map(futures::stream::iter)
                 .filter_map(|n| async move { n })
                 .collect()
                 .await;
