@@ -160,6 +160,8 @@ pub struct Archiver {
     state: Mutex<State>,
     uploads: Mutex<JoinSet<Result<()>>>,
     slots: Arc<Semaphore>,
+    /// Held by a thread whose full pack waits for an upload slot.
+    closing: Mutex<()>,
     files: Semaphore,
     progress: Arc<dyn BackupProgress>,
     rt: tokio::runtime::Handle,
@@ -215,6 +217,7 @@ impl Archiver {
             }),
             uploads: Mutex::new(JoinSet::new()),
             slots: Arc::new(Semaphore::new(PACKS_IN_FLIGHT)),
+            closing: Mutex::new(()),
             files: Semaphore::new(FILES_AT_ONCE),
             progress,
             rt: tokio::runtime::Handle::current(),
@@ -269,6 +272,8 @@ impl Archiver {
         if !self.state.lock().expect("state").seen.insert(id) {
             return Ok(id);
         }
+        // Waits while a full pack waits for an upload slot (see below).
+        drop(self.closing.lock().expect("closing"));
         let full = seal_blob(key, plain, |sealed| {
             let mut st = self.state.lock().expect("state");
             st.summary.blobs_new += 1;
@@ -289,6 +294,10 @@ impl Archiver {
             }
         })?;
         if let Some(p) = full {
+            // No blob is added while this pack waits for its slot: otherwise every thread
+            // could fill and hold a pack of its own meanwhile (heaptrack: 11 packs, 288 MB,
+            // with 6 uploading over the WAN).
+            let _closing = self.closing.lock().expect("closing");
             self.upload(p)?;
         }
         Ok(id)
