@@ -588,7 +588,11 @@ impl Archiver {
         async move {
             let ahead = me.ahead.get().and_then(|ra| ra.take(&path));
             let entries = match ahead {
-                Some(listed) => listed,
+                // Listed under the read-ahead's policy: this archiver's decides.
+                Some(listed) => listed.map(|mut found| {
+                    found.retain(|(name, _)| me.policy.include(&path.join(name)));
+                    found
+                }),
                 None => {
                     let (p, me2) = (path.clone(), me.clone());
                     tokio::task::spawn_blocking(move || walk::entries(&p, me2.policy.as_ref()))

@@ -210,9 +210,17 @@ impl Trees {
         let mut by_pack: std::collections::HashMap<u32, Vec<(Id, u32, u32)>> = Default::default();
         let mut total = 0u64;
         let mut tree_packs = std::collections::HashSet::new();
+        // Packs a prune repacked hold data beside trees: those are read by range, not whole.
+        let mixed: std::collections::HashSet<u32> = index
+            .iter()
+            .filter(|(_, l)| l.kind != crate::pack::BlobKind::Tree)
+            .map(|(_, l)| l.pack)
+            .collect();
         for (id, loc) in index.iter() {
             if loc.kind == crate::pack::BlobKind::Tree {
-                tree_packs.insert(index.pack(loc.pack));
+                if !mixed.contains(&loc.pack) {
+                    tree_packs.insert(index.pack(loc.pack));
+                }
                 if self.cache.contains_key(id) {
                     continue;
                 }
@@ -229,6 +237,7 @@ impl Trees {
         if total > max_bytes {
             return Ok(self);
         }
+        let mixed = &mixed;
         let loaded: Vec<Result<Vec<(Id, Tree)>>> = futures::stream::iter(by_pack)
             .map(|(pack_no, blobs)| async move {
                 let pack = index.pack(pack_no);
@@ -239,8 +248,8 @@ impl Trees {
                     .max()
                     .unwrap_or(0);
                 let mut body = Vec::new();
-                if repo.cache().is_some() {
-                    // Cached whole: tree packs hold nothing else.
+                if repo.cache().is_some() && !mixed.contains(&pack_no) {
+                    // Cached whole: this pack holds nothing but trees.
                     body = repo.tree_pack(&pack).await?;
                     body.truncate(end as usize);
                     return decode_trees(repo, pack, body, 0, blobs).await;

@@ -97,24 +97,24 @@ pub(crate) fn rename_within(from: &Path, to: &Path) -> io::Result<()> {
     })
 }
 
-/// Sets owner (when `chown`), mode (unless `mode` is None: symlinks have none) and mtime of
-/// the entry at `path`, not following a symlink there.
-pub(crate) fn set_meta(
-    path: &Path,
-    owner: Option<(u32, u32)>,
-    mode: Option<u32>,
-    mtime_ns: i64,
-) -> io::Result<()> {
+/// Sets the owner of the entry at `path`, not following a symlink there; best effort, as
+/// `chown` by an unprivileged restore would be. Before xattrs: a chown clears
+/// `security.capability`.
+pub(crate) fn set_owner(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
     at(path, |dir, name| {
-        // SAFETY: dir is an open directory, name valid and NUL-terminated; plain syscalls.
-        unsafe {
-            if let Some((uid, gid)) = owner {
-                // Best effort, as `chown` by an unprivileged restore would be.
-                libc::fchownat(dir, name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW);
-            }
-            if let Some(mode) = mode {
-                check(libc::fchmodat(dir, name.as_ptr(), mode, 0))?;
-            }
+        // SAFETY: dir is an open directory, name valid and NUL-terminated.
+        unsafe { libc::fchownat(dir, name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) };
+        Ok(())
+    })
+}
+
+/// Sets the mode (unless `mode` is None: symlinks have none) and mtime of the entry at
+/// `path`, not following a symlink there.
+pub(crate) fn set_mode_and_mtime(path: &Path, mode: Option<u32>, mtime_ns: i64) -> io::Result<()> {
+    at(path, |dir, name| {
+        if let Some(mode) = mode {
+            // SAFETY: dir is an open directory, name valid and NUL-terminated.
+            check(unsafe { libc::fchmodat(dir, name.as_ptr(), mode, 0) })?;
         }
         let ts = libc::timespec {
             tv_sec: mtime_ns.div_euclid(1_000_000_000),

@@ -103,7 +103,14 @@ impl Lock {
         // Written first and checked after, in two round trips: of two racing processes,
         // at least the later one sees the other's lock.
         let id = write(&repo, exclusive).await?;
-        if let Some(msg) = conflict(&others(&repo, &id).await?) {
+        let found = match others(&repo, &id).await {
+            Ok(found) => found,
+            Err(e) => {
+                let _ = repo.delete_file("locks", &id).await;
+                return Err(e);
+            }
+        };
+        if let Some(msg) = conflict(&found) {
             let _ = repo.delete_file("locks", &id).await;
             return Err(Error::Denied(msg));
         }

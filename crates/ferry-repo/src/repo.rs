@@ -183,7 +183,15 @@ impl Repo {
             if found.is_some() {
                 break;
             }
-            let body = repo.load_raw("keys", id).await?;
+            // A damaged or vanished key file does not keep another one from opening.
+            let body = match repo.load_raw("keys", id).await {
+                Ok(b) => b,
+                Err(e @ (Error::Checksum(_) | Error::NotFound(_))) => {
+                    damaged.push(format!("keys/{id} ({e})"));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let password = password.to_vec();
             let opened = tokio::task::spawn_blocking(move || unwrap_key(&body, &password))
                 .await
@@ -315,9 +323,13 @@ impl Repo {
         if let Some(body) = cache.and_then(|c| c.get(kind, id)) {
             return Ok(body);
         }
-        let body = self
-            .read_small(&join(&self.root, &format!("{kind}/{id}")))
-            .await?;
+        let key = join(&self.root, &format!("{kind}/{id}"));
+        // Index files run to megabytes: read them with a deadline that grows with their size.
+        let body = if kind == "index" {
+            self.read(&key).await?
+        } else {
+            self.read_small(&key).await?
+        };
         if Id::of(&body) != *id {
             return Err(Error::Checksum(format!(
                 "{}/{kind}/{id}: content does not match its name (damaged)",

@@ -97,7 +97,9 @@ fn cstr(p: &Path) -> Result<CString> {
 /// Sets owner (when root), mode, times and xattrs, without following symlinks.
 fn apply_meta(path: &Path, n: &Node) -> std::io::Result<()> {
     // SAFETY: geteuid cannot fail.
-    let owner = (unsafe { libc::geteuid() } == 0).then_some((n.uid, n.gid));
+    if unsafe { libc::geteuid() } == 0 {
+        dirfd::set_owner(path, n.uid, n.gid)?;
+    }
     let symlink = n.kind == NodeKind::Symlink;
     if !symlink {
         for (k, v) in &n.xattrs {
@@ -106,7 +108,7 @@ fn apply_meta(path: &Path, n: &Node) -> std::io::Result<()> {
             }
         }
     }
-    dirfd::set_meta(path, owner, (!symlink).then_some(n.mode), n.mtime)
+    dirfd::set_mode_and_mtime(path, (!symlink).then_some(n.mode), n.mtime)
 }
 
 /// Makes the entry `n` at `path`: a file under its temp name, sized (holes where nothing

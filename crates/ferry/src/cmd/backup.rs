@@ -96,7 +96,9 @@ pub async fn backup(
     tracing::debug!(ms = started.elapsed().as_millis(), "repository open");
     // The index is first read while the lock is being taken. If a prune changed it in that
     // window (nothing was written yet), the backup runs again with the index read under it.
-    if run_backup(args, &repo, out, started, true, ahead.clone()).await? == Run::Done {
+    // A stream cannot be read twice: a stdin backup reads the index under the lock at once.
+    let speculate = !args.stdin;
+    if run_backup(args, &repo, out, started, speculate, ahead.clone()).await? == Run::Done {
         return Ok(());
     }
     tracing::info!("the repository's index changed while the lock was taken: reading it again");
@@ -173,6 +175,20 @@ async fn run_backup(
             list(repo),
             async { Ok(Trees::cached(repo, PRELOAD_MAX).await) },
         )?;
+        if speculate && !errs.is_empty() {
+            // Unreadable index files may be ones a finishing prune removed: the lock decides,
+            // then the index is read again under it.
+            let gate = lock_gate(
+                repo,
+                lock.take().expect("spawned"),
+                held.clone(),
+                None,
+                changed.clone(),
+            );
+            gate.await?;
+            changed.store(true, Ordering::Relaxed);
+            anyhow::bail!("index files could not be read while the lock was taken");
+        }
         let known = Known {
             index,
             errs,
