@@ -155,16 +155,14 @@ async fn run_backup(
     let held = Arc::new(tokio::sync::Mutex::new(None));
     let changed = Arc::new(AtomicBool::new(false));
     let mut lock = Some(tokio::spawn(Lock::acquire(repo.clone(), false)));
+    let mut gate_on = |loaded: Option<Vec<Id>>| {
+        let lock = lock.take().expect("the lock is taken once");
+        lock_gate(repo, lock, held.clone(), loaded, changed.clone())
+    };
     let gate = if speculate {
         None
     } else {
-        let gate = lock_gate(
-            repo,
-            lock.take().expect("spawned"),
-            held.clone(),
-            None,
-            changed.clone(),
-        );
+        let gate = gate_on(None);
         gate.clone().await?;
         Some(gate)
     };
@@ -178,14 +176,7 @@ async fn run_backup(
         if speculate && !errs.is_empty() {
             // Unreadable index files may be ones a finishing prune removed: the lock decides,
             // then the index is read again under it.
-            let gate = lock_gate(
-                repo,
-                lock.take().expect("spawned"),
-                held.clone(),
-                None,
-                changed.clone(),
-            );
-            gate.await?;
+            gate_on(None).await?;
             changed.store(true, Ordering::Relaxed);
             anyhow::bail!("index files could not be read while the lock was taken");
         }
@@ -199,8 +190,7 @@ async fn run_backup(
         let gate = match gate {
             Some(g) => g,
             None => {
-                let lock = lock.take().expect("spawned");
-                let g = lock_gate(repo, lock, held.clone(), Some(loaded), changed.clone());
+                let g = gate_on(Some(loaded));
                 tokio::spawn(g.clone()); // taken now, not when first written through
                 g
             }
