@@ -215,10 +215,8 @@ impl Repo {
             )));
         };
         if let Some(c) = &repo.cache {
-            // The cache keeps one key file: the one to try first next time.
-            if let Ok(body) = repo.load_raw("keys", &opened_with).await {
-                c.put("keys", &opened_with, &body);
-            }
+            // The cache keeps one key file, the one to try first next time: it is there
+            // already, as the guess or as load_raw cached every key file it read.
             c.retain("keys", &[opened_with].into());
         }
         let cfg = key.open(&config?, &format!("{url}/config"))?;

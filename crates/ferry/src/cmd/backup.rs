@@ -171,7 +171,13 @@ async fn run_backup(
         let ((index, loaded, errs), snaps, trees) = tokio::try_join!(
             async { repo.load_index().await.map_err(anyhow::Error::from) },
             list(repo),
-            async { Ok(Trees::cached(repo, PRELOAD_MAX).await) },
+            async {
+                // A stream has no parent to compare against.
+                match args.stdin {
+                    true => Ok(Trees::default()),
+                    false => Ok(Trees::cached(repo, PRELOAD_MAX).await),
+                }
+            },
         )?;
         if speculate && !errs.is_empty() {
             // Unreadable index files may be ones a finishing prune removed: the lock decides,
