@@ -117,6 +117,9 @@ impl FetchAgent {
         info!(archive = %self.archive.url(), depth = self.depth, "prefetch agent up");
         let mut tasks: JoinSet<(String, Result<()>)> = JoinSet::new();
         let mut inflight: HashSet<String> = HashSet::new();
+        // Fetched ahead and maybe already handed over: PostgreSQL's `want` can lag behind
+        // what it has taken, and a taken file is gone from the spool.
+        let mut fetched: HashSet<String> = HashSet::new();
         let mut missing: HashMap<String, Instant> = HashMap::new();
         let mut last_want = String::new();
         let mut last_change = Instant::now();
@@ -124,6 +127,9 @@ impl FetchAgent {
             while let Some(done) = tasks.try_join_next() {
                 let (name, res) = done.expect("fetch task panicked");
                 inflight.remove(&name);
+                if res.is_ok() {
+                    fetched.insert(name.clone());
+                }
                 self.settle(name, res, &mut missing);
             }
             let wanted = fs::read_to_string(self.spool.path("in/want")).unwrap_or_default();
@@ -148,12 +154,14 @@ impl FetchAgent {
             };
             let keep: HashSet<&str> = targets.iter().map(|n| n.as_str()).collect();
             self.clean(&keep);
+            fetched.retain(|f| keep.contains(f.as_str()));
             for t in &targets {
                 let n = t.as_str();
                 let recently_missing = missing
                     .get(n)
                     .is_some_and(|at| at.elapsed() < MISSING_RETRY);
                 if inflight.contains(n)
+                    || fetched.contains(n)
                     || recently_missing
                     || self.spool.path(&format!("in/{n}")).exists()
                 {
@@ -188,6 +196,9 @@ impl FetchAgent {
                     Some(done) = tasks.join_next() => {
                         let (name, res) = done.expect("fetch task panicked");
                         inflight.remove(&name);
+                        if res.is_ok() {
+                            fetched.insert(name.clone());
+                        }
                         self.settle(name, res, &mut missing);
                     }
                     _ = tokio::time::sleep(POLL) => {}
