@@ -65,7 +65,13 @@ pub fn with_blob<R>(
         let plain = match body.split_first() {
             Some((0, rest)) => rest,
             Some((1, rest)) => {
-                unpacked = ferry_store::buffer::with_capacity(sealed.len() * 2);
+                // Sized by the frame's header where it has one: a pooled buffer that had to
+                // grow would be a fresh one.
+                let size = zstd::zstd_safe::get_frame_content_size(rest).ok().flatten();
+                let size = size
+                    .filter(|&n| n <= BULK_MAX)
+                    .map_or(rest.len() * 2, |n| n as usize);
+                unpacked = ferry_store::buffer::with_capacity(size);
                 decompress_into(rest, &mut unpacked)
                     .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))?;
                 &unpacked[..]

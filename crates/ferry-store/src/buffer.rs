@@ -36,10 +36,10 @@ pub fn take(len: usize) -> Buffer {
             return Buffer { buf, len };
         }
     }
-    Buffer {
-        buf: vec![0; len],
-        len,
-    }
+    // Zeroed by the allocator, which leaves fresh pages to the kernel instead of writing them.
+    let mut buf = vec![0; class(len)];
+    buf.truncate(len);
+    Buffer { buf, len }
 }
 
 /// An empty vector with room for `cap` bytes, from the pool when one fits: for a buffer
@@ -51,7 +51,7 @@ pub fn with_capacity(cap: usize) -> Vec<u8> {
             return v;
         }
     }
-    Vec::with_capacity(cap)
+    Vec::with_capacity(class(cap))
 }
 
 /// Immutable bytes over `v` that return its memory to the pool when the last clone drops.
@@ -60,14 +60,24 @@ pub fn bytes(v: Vec<u8>) -> Bytes {
     Buffer { buf: v, len }.freeze()
 }
 
-/// A pooled vector with a capacity of `len` to twice that, so that a small block does not
-/// pin a large buffer.
+/// `len` rounded up to a quarter of its power of two: buffers asked for sizes that differ by
+/// a few bytes (4 MiB reads cut at blob boundaries) then share one size and reuse each other.
+fn class(len: usize) -> usize {
+    if len < MIN_POOLED {
+        return len;
+    }
+    let step = (1usize << len.ilog2()) / 4;
+    len.div_ceil(step) * step
+}
+
+/// The most recently pooled vector with a capacity of `len` to twice that, so that a small
+/// block does not pin a large buffer.
 fn pooled(len: usize) -> Option<Vec<u8>> {
     let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
     let i = pool
         .iter()
-        .position(|b| b.capacity() >= len && b.capacity() / 2 <= len)?;
-    Some(pool.swap_remove(i))
+        .rposition(|b| b.capacity() >= len && b.capacity() / 2 <= len)?;
+    Some(pool.remove(i))
 }
 
 impl Buffer {
@@ -112,10 +122,18 @@ impl Drop for Buffer {
             return;
         }
         let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        let held: usize = pool.iter().map(Vec::capacity).sum();
-        if held + self.buf.capacity() <= POOL_BYTES {
-            pool.push(std::mem::take(&mut self.buf));
+        pool.push(std::mem::take(&mut self.buf));
+        // Over the bound, the oldest go: the sizes in use now are those of the newest.
+        let mut held: usize = pool.iter().map(Vec::capacity).sum();
+        let mut old = 0;
+        while held > POOL_BYTES {
+            held -= pool[old].capacity();
+            old += 1;
         }
+        // Freed after the lock is released: unmapping is a system call.
+        let evicted: Vec<Vec<u8>> = pool.drain(..old).collect();
+        drop(pool);
+        drop(evicted);
     }
 }
 
@@ -139,5 +157,17 @@ mod tests {
         // Far smaller blocks do not take it.
         drop(got);
         assert!(take(MIN_POOLED).as_ptr() != ptr);
+    }
+
+    #[test]
+    fn sizes_a_few_bytes_apart_share_a_class() {
+        assert_eq!(class(4_193_519), 4 << 20);
+        assert_eq!(class(4 << 20), 4 << 20);
+        assert_eq!(class((4 << 20) + 1), 5 << 20);
+        assert_eq!(class(1_078_524), 5 << 18);
+        assert_eq!(class(1000), 1000);
+        let big = take(4_193_519);
+        assert_eq!(big.buf.capacity(), 4 << 20);
+        assert_eq!(big.len(), 4_193_519);
     }
 }
