@@ -116,11 +116,7 @@ pub(crate) fn set_mode_and_mtime(path: &Path, mode: Option<u32>, mtime_ns: i64) 
             // SAFETY: dir is an open directory, name valid and NUL-terminated.
             check(unsafe { libc::fchmodat(dir, name.as_ptr(), mode, 0) })?;
         }
-        let ts = libc::timespec {
-            tv_sec: mtime_ns.div_euclid(1_000_000_000),
-            tv_nsec: mtime_ns.rem_euclid(1_000_000_000),
-        };
-        let times = [ts, ts];
+        let times = times(mtime_ns);
         // SAFETY: as above, with a two-element timespec array, as utimensat requires.
         check(unsafe {
             libc::utimensat(
@@ -132,4 +128,13 @@ pub(crate) fn set_mode_and_mtime(path: &Path, mode: Option<u32>, mtime_ns: i64) 
         })
         .map(drop)
     })
+}
+
+/// Access and modification times, both `mtime_ns`, as utimensat and futimens take them.
+pub(crate) fn times(mtime_ns: i64) -> [libc::timespec; 2] {
+    let ts = libc::timespec {
+        tv_sec: mtime_ns.div_euclid(1_000_000_000),
+        tv_nsec: mtime_ns.rem_euclid(1_000_000_000),
+    };
+    [ts, ts]
 }

@@ -3,13 +3,15 @@
 //! and written at their offsets. Files are written under temp names and renamed only when
 //! every blob checked out: a damaged file is reported by name, never left half-written.
 
+mod entry;
+
 use std::collections::HashMap;
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::OsString;
 use std::fs;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ferry_store::{Error, Result};
 use futures::StreamExt;
@@ -21,6 +23,7 @@ use crate::index::Index;
 use crate::repo::{Repo, READ_AHEAD};
 use crate::snapshot::Snapshot;
 use crate::tree::{Node, NodeKind};
+use entry::{apply_meta, create, temp_of, write_whole, Failed};
 
 /// Ranged reads in flight: at 4 MiB each, 64 MiB of buffers at most; over the bench's WAN
 /// (8 MB/s per connection, 100 MB/s in all) 16 fill the link. From local disk a read is
@@ -89,64 +92,6 @@ async fn walk(
     Ok(items)
 }
 
-fn cstr(p: &Path) -> Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| Error::Invalid(format!("{}: NUL in path", p.display())))
-}
-
-/// Sets owner (when root), mode, times and xattrs, without following symlinks.
-fn apply_meta(path: &Path, n: &Node) -> std::io::Result<()> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        dirfd::set_owner(path, n.uid, n.gid)?;
-    }
-    let symlink = n.kind == NodeKind::Symlink;
-    if !symlink {
-        for (k, v) in &n.xattrs {
-            if let (Ok(k), Ok(v)) = (hex::decode(k), hex::decode(v)) {
-                let _ = xattr::set(path, OsStr::from_bytes(&k), &v);
-            }
-        }
-    }
-    dirfd::set_mode_and_mtime(path, (!symlink).then_some(n.mode), n.mtime)
-}
-
-/// Makes the entry `n` at `path`: a file under its temp name, sized (holes where nothing
-/// is written, so sparse files come back sparse), or a symlink or special file.
-fn create(path: &Path, n: &Node) -> std::io::Result<()> {
-    match n.kind {
-        NodeKind::File => dirfd::create(&temp_of(path)).and_then(|f| f.set_len(n.size)),
-        NodeKind::Symlink => {
-            let t = hex::decode(n.target.as_deref().unwrap_or_default()).unwrap_or_default();
-            let _ = fs::remove_file(path);
-            std::os::unix::fs::symlink(OsStr::from_bytes(&t), path)
-        }
-        NodeKind::Fifo | NodeKind::Chardev | NodeKind::Blockdev => {
-            let kind = match n.kind {
-                NodeKind::Fifo => libc::S_IFIFO,
-                NodeKind::Chardev => libc::S_IFCHR,
-                _ => libc::S_IFBLK,
-            };
-            let c = cstr(path).map_err(std::io::Error::other)?;
-            let _ = fs::remove_file(path);
-            // SAFETY: valid path; mknod creates a node or fails.
-            let rc = unsafe {
-                libc::mknod(
-                    c.as_ptr(),
-                    kind | (n.mode & 0o7777),
-                    n.rdev.unwrap_or(0) as libc::dev_t,
-                )
-            };
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        }
-        NodeKind::Dir | NodeKind::Socket => Ok(()),
-    }
-}
-
 /// Runs `f` on `0..n` on all cores, each core a contiguous share (mostly other directories
 /// than the next core's, whose locks they would contend for); returns what failed.
 async fn on_all_cores<F>(n: usize, f: F) -> Result<Vec<(usize, String)>>
@@ -174,17 +119,6 @@ where
     Ok(failed)
 }
 
-fn temp_of(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    let mut t = OsString::from(".");
-    t.push(name);
-    t.push(".ferry-restore");
-    path.with_file_name(t)
-}
-
 /// Where a blob's plaintext goes: (item, offset in the file).
 type Targets = Vec<(usize, u64)>;
 /// A blob to read: offset in its pack, sealed length, id, targets.
@@ -197,6 +131,90 @@ struct Read {
     end: u64,
     /// Offset, sealed length, id, and where the plaintext goes: (item, file offset).
     blobs: Vec<Want>,
+}
+
+/// What writing the blobs of one read left to report.
+struct Written {
+    /// Files whose content is not in place, with why: damaged.
+    bad: Vec<(usize, String)>,
+    /// Files in place whose metadata could not be set, as reported.
+    unset: Vec<String>,
+}
+
+/// Writes the blobs of reads into their files.
+struct Writer {
+    key: crate::crypto::MasterKey,
+    items: Arc<Vec<Item>>,
+    /// Files whose content is one blob: made, written and finished at once.
+    whole: Vec<bool>,
+    root: PathBuf,
+    /// Whether to set owners: only root may.
+    owner: bool,
+    progress: Arc<dyn crate::archiver::BackupProgress>,
+}
+
+impl Writer {
+    /// Opens the blobs of `r`, read as `fetched`, and writes each where it goes.
+    fn write(&self, r: Read, fetched: Result<bytes::Bytes>) -> Written {
+        let mut w = Written {
+            bad: Vec::new(),
+            unset: Vec::new(),
+        };
+        // The blobs of one read mostly land in one file: open it once for them.
+        let mut open: Option<(usize, fs::File)> = None;
+        for (o, l, id, targets) in r.blobs {
+            let what = format!("blob {} in pack {}", id.short(), r.pack.short());
+            let sealed = match &fetched {
+                Ok(b) => {
+                    let s = (o - r.start) as usize;
+                    Ok(&b[s..s + l as usize])
+                }
+                Err(e) => Err(Error::Permanent(format!("{what}: {e}"))),
+            };
+            let written = sealed.and_then(|sealed| {
+                with_blob(&self.key, sealed, &id, &what, |plain| {
+                    let zeros = plain.iter().all(|&b| b == 0);
+                    for &(item, off) in &targets {
+                        self.progress.done(plain.len() as u64);
+                        let it = &self.items[item];
+                        if self.whole[item] {
+                            let path = self.root.join(&it.rel);
+                            match write_whole(&path, &it.node, plain, self.owner) {
+                                Ok(()) => {}
+                                Err(Failed::Content(e)) => w.bad.push((item, e.to_string())),
+                                Err(Failed::Meta(e)) => w
+                                    .unset
+                                    .push(format!("/{}: metadata: {e}", it.rel.display())),
+                            }
+                            continue;
+                        }
+                        if zeros {
+                            continue; // a hole, left by create
+                        }
+                        if open.as_ref().is_none_or(|(i, _)| *i != item) {
+                            match dirfd::open_write(&temp_of(&self.root.join(&it.rel))) {
+                                Ok(f) => open = Some((item, f)),
+                                Err(e) => {
+                                    open = None;
+                                    w.bad.push((item, e.to_string()));
+                                    continue;
+                                }
+                            }
+                        }
+                        let (_, f) = open.as_ref().expect("opened above");
+                        if let Err(e) = f.write_all_at(plain, off) {
+                            w.bad.push((item, e.to_string()));
+                        }
+                    }
+                })
+            });
+            if let Err(e) = written {
+                w.bad
+                    .extend(targets.iter().map(|(i, _)| (*i, e.to_string())));
+            }
+        }
+        w
+    }
 }
 
 /// Restores `snap` (the parts under `include`, absolute paths as backed up) into `target`.
@@ -226,6 +244,7 @@ pub async fn restore(
     let mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Targets)>> = HashMap::new();
     let mut links: HashMap<(u64, u64), usize> = HashMap::new();
     let mut hardlinks: Vec<(usize, usize)> = Vec::new();
+    let mut whole = vec![false; items.len()];
 
     // Directories first, in order; everything else is made afterwards on all cores.
     let mut make = Vec::new();
@@ -269,7 +288,11 @@ pub async fn restore(
                         format!("blobs hold {off} bytes, the snapshot says {}", n.size),
                     );
                 }
-                make.push(i);
+                if n.content.len() == 1 && !damaged.contains_key(&i) {
+                    whole[i] = true; // made, written and finished with its blob
+                } else {
+                    make.push(i);
+                }
             }
             _ => make.push(i),
         }
@@ -317,13 +340,15 @@ pub async fn restore(
             }
         }
     }
-    let damaged = Mutex::new(damaged);
-    let paths: Vec<PathBuf> = items
-        .iter()
-        .map(|it| temp_of(&target.join(&it.rel)))
-        .collect();
-    let paths = Arc::new(paths);
-    let key = repo.key().clone();
+    let writer = Arc::new(Writer {
+        key: repo.key().clone(),
+        items: items.clone(),
+        whole,
+        root: target.to_path_buf(),
+        // SAFETY: geteuid cannot fail.
+        owner: unsafe { libc::geteuid() } == 0,
+        progress: progress.clone(),
+    });
     // Decrypting, decompressing and writing is CPU work: one read at a time per core. More
     // would only hold more plaintext buffers at once; reads keep arriving meanwhile.
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -331,61 +356,16 @@ pub async fn restore(
     let mut running = futures::stream::iter(reads)
         .map(|r| {
             let repo = repo.clone();
-            let key = key.clone();
-            let paths = paths.clone();
-            let progress = progress.clone();
+            let writer = writer.clone();
             let cpu = cpu.clone();
             async move {
                 let fetched = repo
                     .read_range(&repo.pack_path(&r.pack), r.start..r.end)
                     .await;
                 let _core = cpu.acquire_owned().await.expect("never closed");
-                tokio::task::spawn_blocking(move || {
-                    let mut bad: Vec<(usize, String)> = Vec::new();
-                    // The blobs of one read mostly land in one file: open it once for them.
-                    let mut open: Option<(usize, fs::File)> = None;
-                    for (o, l, id, targets) in r.blobs {
-                        let what = format!("blob {} in pack {}", id.short(), r.pack.short());
-                        let sealed = match &fetched {
-                            Ok(b) => {
-                                let s = (o - r.start) as usize;
-                                Ok(&b[s..s + l as usize])
-                            }
-                            Err(e) => Err(Error::Permanent(format!("{what}: {e}"))),
-                        };
-                        let written = sealed.and_then(|sealed| {
-                            with_blob(&key, sealed, &id, &what, |plain| {
-                                let zeros = plain.iter().all(|&b| b == 0);
-                                for &(item, off) in &targets {
-                                    if !zeros {
-                                        if open.as_ref().is_none_or(|(i, _)| *i != item) {
-                                            let f = dirfd::open_write(&paths[item]);
-                                            match f {
-                                                Ok(f) => open = Some((item, f)),
-                                                Err(e) => {
-                                                    open = None;
-                                                    bad.push((item, e.to_string()));
-                                                    continue;
-                                                }
-                                            }
-                                        }
-                                        let (_, f) = open.as_ref().expect("opened above");
-                                        if let Err(e) = f.write_all_at(plain, off) {
-                                            bad.push((item, e.to_string()));
-                                        }
-                                    }
-                                    progress.done(plain.len() as u64);
-                                }
-                            })
-                        });
-                        if let Err(e) = written {
-                            bad.extend(targets.iter().map(|(i, _)| (*i, e.to_string())));
-                        }
-                    }
-                    bad
-                })
-                .await
-                .map_err(|e| Error::Permanent(e.to_string()))
+                tokio::task::spawn_blocking(move || writer.write(r, fetched))
+                    .await
+                    .map_err(|e| Error::Permanent(e.to_string()))
             }
         })
         .buffer_unordered(if repo.store().is_local() {
@@ -393,14 +373,17 @@ pub async fn restore(
         } else {
             READS_AT_ONCE
         });
-    while let Some(r) = running.next().await {
-        let mut d = damaged.lock().expect("damaged");
-        for (i, why) in r? {
-            d.entry(i).or_insert(why);
+    let mut unset = Vec::new();
+    while let Some(w) = running.next().await {
+        let w = w?;
+        for (i, why) in w.bad {
+            damaged.entry(i).or_insert(why);
         }
+        unset.extend(w.unset);
     }
     drop(running);
-    let damaged = damaged.into_inner().expect("damaged");
+    let whole = &writer.whole;
+    out.errors.extend(unset);
 
     // Damaged files are reported; the others get their names and metadata, on all cores.
     let mut finish = Vec::new();
@@ -408,7 +391,7 @@ pub async fn restore(
         if let Some(why) = damaged.get(&i) {
             let _ = fs::remove_file(temp_of(&target.join(&it.rel)));
             out.errors.push(format!("/{}: {why}", it.rel.display()));
-        } else if !matches!(it.node.kind, NodeKind::Dir | NodeKind::Socket) {
+        } else if !matches!(it.node.kind, NodeKind::Dir | NodeKind::Socket) && !whole[i] {
             finish.push(i);
         }
     }
