@@ -95,6 +95,19 @@ fn describe(l: &LockInfo) -> String {
 impl Lock {
     /// Takes a shared (backup) or exclusive (prune) lock.
     pub async fn acquire(repo: Arc<Repo>, exclusive: bool) -> Result<Lock> {
+        let (lock, ()) = Lock::acquire_then(repo, exclusive, async { Ok(()) }).await?;
+        Ok(lock)
+    }
+
+    /// [`Lock::acquire`], running `then` once the lock file is written, alongside the look
+    /// for conflicting locks, one round trip instead of two: what `then` reads, the lock held
+    /// guards from then on (a prune that began earlier is a conflict, one that begins later
+    /// sees this lock).
+    pub async fn acquire_then<T>(
+        repo: Arc<Repo>,
+        exclusive: bool,
+        then: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<(Lock, T)> {
         let conflict = |o: &[LockInfo]| -> Option<String> {
             o.iter()
                 .find(|l| exclusive || l.exclusive)
@@ -103,9 +116,9 @@ impl Lock {
         // Written first and checked after, in two round trips: of two racing processes,
         // at least the later one sees the other's lock.
         let id = write(&repo, exclusive).await?;
-        let found = match others(&repo, &id).await {
-            Ok(found) => found,
-            Err(e) => {
+        let (found, then) = match tokio::join!(others(&repo, &id), then) {
+            (Ok(found), Ok(t)) => (found, t),
+            (Err(e), _) | (_, Err(e)) => {
                 let _ = repo.delete_file("locks", &id).await;
                 return Err(e);
             }
@@ -126,11 +139,14 @@ impl Lock {
                 }
             }
         });
-        Ok(Lock {
-            repo,
-            id,
-            refresher,
-        })
+        Ok((
+            Lock {
+                repo,
+                id,
+                refresher,
+            },
+            then,
+        ))
     }
 
     /// Removes the lock file.

@@ -112,24 +112,32 @@ enum Run {
     IndexChanged,
 }
 
+/// The shared lock being taken, with the index files listed once its file was written (when
+/// speculating).
+type Locking = tokio::task::JoinHandle<ferry_store::Result<(Lock, Option<Vec<Id>>)>>;
+
 /// Takes the shared lock. Speculating, it also checks that every index file `loaded` is still
 /// there once the lock is held, which `changed` reports.
 fn lock_gate(
     repo: &Arc<Repo>,
-    lock: tokio::task::JoinHandle<ferry_store::Result<Lock>>,
+    lock: Locking,
     held: Arc<tokio::sync::Mutex<Option<Lock>>>,
     loaded: Option<Vec<Id>>,
     changed: Arc<AtomicBool>,
 ) -> Gate {
     let repo = repo.clone();
     async move {
-        let lock = lock
+        let (lock, listed) = lock
             .await
             .map_err(|e| ferry_store::Error::Permanent(e.to_string()))??;
         *held.lock().await = Some(lock);
         tracing::debug!("lock held");
         if let Some(loaded) = loaded {
-            let now: HashSet<Id> = repo.list_ids("index").await?.into_iter().collect();
+            let listed = match listed {
+                Some(ids) => ids,
+                None => repo.list_ids("index").await?,
+            };
+            let now: HashSet<Id> = listed.into_iter().collect();
             if !loaded.iter().all(|id| now.contains(id)) {
                 changed.store(true, Ordering::Relaxed);
                 return Err(ferry_store::Error::Transient(
@@ -154,7 +162,17 @@ async fn run_backup(
 ) -> Result<Run> {
     let held = Arc::new(tokio::sync::Mutex::new(None));
     let changed = Arc::new(AtomicBool::new(false));
-    let mut lock = Some(tokio::spawn(Lock::acquire(repo.clone(), false)));
+    let r = repo.clone();
+    let mut lock: Option<Locking> = Some(tokio::spawn(Lock::acquire_then(
+        repo.clone(),
+        false,
+        async move {
+            match speculate {
+                true => r.list_ids("index").await.map(Some),
+                false => Ok(None),
+            }
+        },
+    )));
     let mut gate_on = |loaded: Option<Vec<Id>>| {
         let lock = lock.take().expect("the lock is taken once");
         lock_gate(repo, lock, held.clone(), loaded, changed.clone())
@@ -209,7 +227,7 @@ async fn run_backup(
     let r = work.await;
     if let Some(task) = lock {
         // The work failed before the lock was needed: it is released all the same.
-        if let Ok(Ok(lock)) = task.await {
+        if let Ok(Ok((lock, _))) = task.await {
             lock.release().await?;
         }
     }
