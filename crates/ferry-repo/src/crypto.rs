@@ -9,6 +9,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 use crate::id::Id;
+use crate::kdf_memory::KdfMemory;
 
 const NONCE: usize = 24;
 /// Room [`MasterKey::seal_in_place`] wants before the plaintext, for the nonce.
@@ -154,8 +155,9 @@ fn derive(password: &[u8], salt: &[u8], m: u32, t: u32, p: u32) -> Result<[u8; 3
     let params =
         Params::new(m, t, p, Some(32)).map_err(|e| Error::Invalid(format!("key file: {e}")))?;
     let mut out = [0u8; 32];
+    let mut memory = KdfMemory::new(params.block_count())?;
     Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
-        .hash_password_into(password, salt, &mut out)
+        .hash_password_into_with_memory(password, salt, &mut out, memory.blocks())
         .map_err(|e| Error::Invalid(format!("key derivation: {e}")))?;
     Ok(out)
 }

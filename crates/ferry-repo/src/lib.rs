@@ -17,6 +17,7 @@ pub(crate) mod dirfd;
 pub mod forget;
 pub mod id;
 pub mod index;
+mod kdf_memory;
 pub mod lock;
 pub mod pack;
 pub mod policy;
