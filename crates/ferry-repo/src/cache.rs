@@ -18,6 +18,38 @@ use crate::id::Id;
 /// Kinds of files the cache keeps, each in a directory of that name.
 pub const KINDS: [&str; 4] = ["keys", "index", "snapshots", "trees"];
 
+/// Marks a cache directory, per <https://bford.info/cachedir/>.
+const TAG: &str = "CACHEDIR.TAG";
+const SIGNATURE: &str = "Signature: 8a477f597d28d172789f06886806bc55";
+/// A repository's cache unused this long is removed, as restic removes its own: the
+/// repository was likely deleted or moved, and nothing else would ever free the space.
+const UNUSED: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Removes the caches under `base` other than `mine` that are unused for [`UNUSED`]. Only
+/// directories that ferry's tag marks: anything else under `base` is not ferry's to remove.
+fn sweep(base: &Path, mine: &Path) {
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        let tag = dir.join(TAG);
+        let unused = fs::metadata(&tag)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > UNUSED));
+        let ours = unused
+            && fs::read_to_string(&tag)
+                .is_ok_and(|t| t.starts_with(SIGNATURE) && t.contains("# ferry's cache of "));
+        if ours && dir != mine {
+            tracing::info!(
+                "removing {}: a repository cache unused for 30 days",
+                dir.display()
+            );
+            let _ = fs::remove_dir_all(&dir);
+        }
+    }
+}
+
 /// The cache of one repository.
 #[derive(Debug, Clone)]
 pub struct Cache {
@@ -32,17 +64,13 @@ impl Cache {
         for kind in KINDS {
             fs::create_dir_all(dir.join(kind)).ok()?;
         }
-        // Says, to whoever finds the directory, what it is and that it may go.
-        let tag = dir.join("CACHEDIR.TAG");
-        if !tag.exists() {
-            let _ = fs::write(
-                &tag,
-                format!(
-                    "Signature: 8a477f597d28d172789f06886806bc55\n\
-                     # ferry's cache of {url}: safe to delete\n"
-                ),
-            );
-        }
+        // Says, to whoever finds the directory, what it is and that it may go. Written on
+        // every use: its mtime says when the cache was last used.
+        let _ = fs::write(
+            dir.join(TAG),
+            format!("{SIGNATURE}\n# ferry's cache of {url}: safe to delete\n"),
+        );
+        sweep(base, &dir);
         Some(Cache { dir })
     }
 
@@ -135,6 +163,40 @@ mod tests {
         // Another repository's cache is another directory.
         let other = Cache::new(&base, "s3://bucket/other").expect("cache");
         assert_ne!(other.dir, c.dir);
+        fs::remove_dir_all(&base).expect("clean up");
+    }
+
+    #[test]
+    fn a_cache_unused_for_30_days_is_removed_and_nothing_else() {
+        let base = std::env::temp_dir().join(format!("ferry-cache-sweep-{}", std::process::id()));
+        let age = |dir: &Path, days: u64| {
+            let t = std::time::SystemTime::now() - std::time::Duration::from_secs(days * 86400);
+            let f = fs::File::options()
+                .append(true)
+                .open(dir.join(TAG))
+                .expect("tag");
+            f.set_modified(t).expect("set mtime");
+        };
+        let old = Cache::new(&base, "s3://bucket/gone").expect("cache");
+        let recent = Cache::new(&base, "s3://bucket/recent").expect("cache");
+        age(&old.dir, 31);
+        age(&recent.dir, 29);
+        // Not ferry's: an old tagged directory of another program, and an untagged one.
+        let foreign = base.join("someone-else");
+        fs::create_dir_all(&foreign).expect("mkdir");
+        fs::write(foreign.join(TAG), format!("{SIGNATURE}\n# other program\n")).expect("tag");
+        age(&foreign, 40);
+        let plain = base.join("plain");
+        fs::create_dir_all(&plain).expect("mkdir");
+
+        let now = Cache::new(&base, "s3://bucket/now").expect("cache");
+        assert!(!old.dir.exists(), "unused for 31 days: removed");
+        assert!(recent.dir.exists() && now.dir.exists() && foreign.exists() && plain.exists());
+        // Using a cache again marks it used: it survives the next sweep.
+        age(&recent.dir, 40);
+        let _ = Cache::new(&base, "s3://bucket/recent").expect("cache");
+        let _ = Cache::new(&base, "s3://bucket/now").expect("cache");
+        assert!(recent.dir.exists(), "used again just now");
         fs::remove_dir_all(&base).expect("clean up");
     }
 }
