@@ -1,21 +1,19 @@
 //! `ferry backup` and `ferry restore`.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use ferry_repo::archiver::{Archiver, BackupProgress, Gate};
+use ferry_repo::backup_lock::BackupLock;
 use ferry_repo::blob::{Trees, PRELOAD_MAX};
 use ferry_repo::index::Index;
-use ferry_repo::lock::Lock;
 use ferry_repo::policy::Everything;
 use ferry_repo::walk::ReadAhead;
 use ferry_repo::{Id, Repo};
 use ferry_transfer::{Engine, Progress};
-use futures::FutureExt;
 
 use crate::cli::{BackupArgs, Global, RestoreArgs};
 use crate::cmd::repo::{find, list, locked, open};
@@ -112,46 +110,6 @@ enum Run {
     IndexChanged,
 }
 
-/// The shared lock being taken, with the index files listed once its file was written (when
-/// speculating).
-type Locking = tokio::task::JoinHandle<ferry_store::Result<(Lock, Option<Vec<Id>>)>>;
-
-/// Takes the shared lock. Speculating, it also checks that every index file `loaded` is still
-/// there once the lock is held, which `changed` reports.
-fn lock_gate(
-    repo: &Arc<Repo>,
-    lock: Locking,
-    held: Arc<tokio::sync::Mutex<Option<Lock>>>,
-    loaded: Option<Vec<Id>>,
-    changed: Arc<AtomicBool>,
-) -> Gate {
-    let repo = repo.clone();
-    async move {
-        let (lock, listed) = lock
-            .await
-            .map_err(|e| ferry_store::Error::Permanent(e.to_string()))??;
-        *held.lock().await = Some(lock);
-        tracing::debug!("lock held");
-        if let Some(loaded) = loaded {
-            let listed = match listed {
-                Some(ids) => ids,
-                None => repo.list_ids("index").await?,
-            };
-            let now: HashSet<Id> = listed.into_iter().collect();
-            if !loaded.iter().all(|id| now.contains(id)) {
-                changed.store(true, Ordering::Relaxed);
-                return Err(ferry_store::Error::Transient(
-                    "the repository's index changed while the lock was taken".into(),
-                ));
-            }
-            tracing::debug!("index unchanged under the lock");
-        }
-        Ok(())
-    }
-    .boxed()
-    .shared()
-}
-
 async fn run_backup(
     args: &BackupArgs,
     repo: &Arc<Repo>,
@@ -160,27 +118,11 @@ async fn run_backup(
     speculate: bool,
     ahead: Option<Arc<ReadAhead>>,
 ) -> Result<Run> {
-    let held = Arc::new(tokio::sync::Mutex::new(None));
-    let changed = Arc::new(AtomicBool::new(false));
-    let r = repo.clone();
-    let mut lock: Option<Locking> = Some(tokio::spawn(Lock::acquire_then(
-        repo.clone(),
-        false,
-        async move {
-            match speculate {
-                true => r.list_ids("index").await.map(Some),
-                false => Ok(None),
-            }
-        },
-    )));
-    let mut gate_on = |loaded: Option<Vec<Id>>| {
-        let lock = lock.take().expect("the lock is taken once");
-        lock_gate(repo, lock, held.clone(), loaded, changed.clone())
-    };
+    let mut lock = BackupLock::start(repo, speculate);
     let gate = if speculate {
         None
     } else {
-        let gate = gate_on(None);
+        let gate = lock.gate(None);
         gate.clone().await?;
         Some(gate)
     };
@@ -200,8 +142,8 @@ async fn run_backup(
         if speculate && !errs.is_empty() {
             // Unreadable index files may be ones a finishing prune removed: the lock decides,
             // then the index is read again under it.
-            gate_on(None).await?;
-            changed.store(true, Ordering::Relaxed);
+            lock.gate(None).await?;
+            lock.mark_changed();
             anyhow::bail!("index files could not be read while the lock was taken");
         }
         let known = Known {
@@ -214,7 +156,7 @@ async fn run_backup(
         let gate = match gate {
             Some(g) => g,
             None => {
-                let g = gate_on(Some(loaded));
+                let g = lock.gate(Some(loaded));
                 tokio::spawn(g.clone()); // taken now, not when first written through
                 g
             }
@@ -225,17 +167,10 @@ async fn run_backup(
         r
     };
     let r = work.await;
-    if let Some(task) = lock {
-        // The work failed before the lock was needed: it is released all the same.
-        if let Ok(Ok((lock, _))) = task.await {
-            lock.release().await?;
-        }
-    }
-    if let Some(lock) = held.lock().await.take() {
-        lock.release().await?;
-    }
+    let changed = lock.index_changed();
+    lock.release().await?;
     match r {
-        Err(_) if changed.load(Ordering::Relaxed) => Ok(Run::IndexChanged),
+        Err(_) if changed => Ok(Run::IndexChanged),
         Err(e) => Err(e),
         Ok(()) => Ok(Run::Done),
     }
