@@ -19,8 +19,8 @@ thread_local! {
 }
 
 /// Decompresses `data` into `out`, replacing what it held. zstd frames with their size in
-/// the header (all that ferry writes) go straight into `out` through this thread's context;
-/// others stream.
+/// the header (all that ferry writes) go straight into `out`, from the buffer pool when it is
+/// too small, through this thread's context; others stream.
 fn decompress_into(data: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
     out.clear();
     match zstd::zstd_safe::get_frame_content_size(data) {
@@ -29,7 +29,11 @@ fn decompress_into(data: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
             if d.is_none() {
                 *d = Some(zstd::bulk::Decompressor::new()?);
             }
-            out.reserve(n as usize);
+            if out.capacity() < n as usize {
+                // A pooled buffer of the frame's size: one grown from a smaller one would
+                // be fresh memory.
+                *out = ferry_store::buffer::with_capacity(n as usize);
+            }
             let got = d
                 .as_mut()
                 .expect("set above")
@@ -65,13 +69,6 @@ pub fn with_blob<R>(
         let plain = match body.split_first() {
             Some((0, rest)) => rest,
             Some((1, rest)) => {
-                // Sized by the frame's header where it has one: a pooled buffer that had to
-                // grow would be a fresh one.
-                let size = zstd::zstd_safe::get_frame_content_size(rest).ok().flatten();
-                let size = size
-                    .filter(|&n| n <= BULK_MAX)
-                    .map_or(rest.len() * 2, |n| n as usize);
-                unpacked = ferry_store::buffer::with_capacity(size);
                 decompress_into(rest, &mut unpacked)
                     .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))?;
                 &unpacked[..]

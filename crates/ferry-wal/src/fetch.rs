@@ -126,11 +126,7 @@ impl FetchAgent {
         loop {
             while let Some(done) = tasks.try_join_next() {
                 let (name, res) = done.expect("fetch task panicked");
-                inflight.remove(&name);
-                if res.is_ok() {
-                    fetched.insert(name.clone());
-                }
-                self.settle(name, res, &mut missing);
+                self.settle(name, res, &mut inflight, &mut fetched, &mut missing);
             }
             let wanted = fs::read_to_string(self.spool.path("in/want")).unwrap_or_default();
             if wanted != last_want {
@@ -195,11 +191,7 @@ impl FetchAgent {
                 tokio::select! {
                     Some(done) = tasks.join_next() => {
                         let (name, res) = done.expect("fetch task panicked");
-                        inflight.remove(&name);
-                        if res.is_ok() {
-                            fetched.insert(name.clone());
-                        }
-                        self.settle(name, res, &mut missing);
+                        self.settle(name, res, &mut inflight, &mut fetched, &mut missing);
                     }
                     _ = tokio::time::sleep(POLL) => {}
                 }
@@ -208,9 +200,21 @@ impl FetchAgent {
         Ok(())
     }
 
-    fn settle(&self, name: String, res: Result<()>, missing: &mut HashMap<String, Instant>) {
+    /// Books a finished fetch: no longer in flight, and fetched or missing.
+    fn settle(
+        &self,
+        name: String,
+        res: Result<()>,
+        inflight: &mut HashSet<String>,
+        fetched: &mut HashSet<String>,
+        missing: &mut HashMap<String, Instant>,
+    ) {
+        inflight.remove(&name);
         match res {
-            Ok(()) => info!("prefetched {name}"),
+            Ok(()) => {
+                info!("prefetched {name}");
+                fetched.insert(name);
+            }
             Err(Error::NotFound(_)) => {
                 missing.insert(name, Instant::now());
             }
