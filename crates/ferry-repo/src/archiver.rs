@@ -760,6 +760,9 @@ impl Archiver {
         name: &str,
         tags: Vec<String>,
     ) -> Result<Outcome> {
+        // Checked before a byte is read: a restore would refuse the name anyway.
+        ferry_fs::check_name(name.as_bytes())
+            .map_err(|e| Error::Invalid(format!("--name {name:?}: {e}")))?;
         let me = self.clone();
         let (ids, size) = tokio::task::spawn_blocking(move || {
             let cfg = me.repo.config.clone();

@@ -102,7 +102,18 @@ pub async fn used_blobs(
                 }
             };
             for n in tree.nodes {
-                let child = path.join(OsString::from_vec(n.name_bytes()));
+                let child = match n.checked_name() {
+                    Ok(name) => path.join(OsString::from_vec(name)),
+                    Err(e) => {
+                        problems.push(format!(
+                            "snapshot {}: {}: entry {:?}: {e} (a restore refuses it)",
+                            sid.short(),
+                            path.display(),
+                            n.name
+                        ));
+                        path.join("?")
+                    }
+                };
                 for c in &n.content {
                     if used.insert(*c) && !index.has(c) {
                         problems.push(format!(

@@ -14,7 +14,6 @@ pub(crate) mod blocks;
 pub mod cache;
 pub mod checker;
 pub mod crypto;
-pub(crate) mod dirfd;
 pub mod forget;
 pub mod id;
 pub mod index;

@@ -1,29 +1,31 @@
 //! `restore`: a snapshot back to a directory. Trees load in parallel; file content is fetched
 //! pack by pack, each pack's needed blobs in a few coalesced ranged reads, many packs at once,
-//! and written at their offsets. Files are written under temp names and renamed only when
-//! every blob checked out: a damaged file is reported by name, never left half-written.
+//! and written at their offsets. Files are written under private temp names and renamed only
+//! when every blob checked out: a damaged file is reported by name, never left half-written.
+//! Every entry is made through `ferry-fs`, beneath the target's descriptor: names from the
+//! snapshot are checked, links in the target are never followed (docs/security.md).
 
 mod entry;
 
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use ferry_fs::Dir;
 use ferry_store::{Error, Result};
 use futures::StreamExt;
 
 use crate::blob::with_blob;
-use crate::dirfd;
 use crate::id::Id;
 use crate::index::Index;
 use crate::repo::{Repo, READ_AHEAD};
 use crate::snapshot::Snapshot;
 use crate::tree::{Node, NodeKind};
-use entry::{apply_meta, create, temp_of, write_whole, Failed};
+use entry::{create, make_other, meta, write_whole, Failed};
 
 /// Ranged reads in flight: at 4 MiB each, 64 MiB of buffers at most; over the bench's WAN
 /// (8 MB/s per connection, 100 MB/s in all) 16 fill the link. From local disk a read is
@@ -49,17 +51,22 @@ pub struct Restored {
 
 struct Item {
     rel: PathBuf,
+    /// The entry's name in its directory, checked.
+    name: Vec<u8>,
+    /// The directory's item; `None`: the target itself.
+    parent: Option<usize>,
     node: Node,
 }
 
-/// Every entry of the snapshot under `include` (all when empty), parents before children.
+/// Every entry of the snapshot under `include` (all when empty), parents before children;
+/// and the entries refused for their names (with their subtrees), as errors.
 async fn walk(
     repo: &Repo,
     index: &Index,
     trees: &crate::blob::Trees,
     root: Id,
     include: &[PathBuf],
-) -> Result<Vec<Item>> {
+) -> Result<(Vec<Item>, Vec<String>)> {
     let wanted = |rel: &Path| {
         include.is_empty()
             || include
@@ -67,30 +74,68 @@ async fn walk(
                 .any(|inc| rel.starts_with(inc) || inc.starts_with(rel))
     };
     let mut items = Vec::new();
-    let mut level: Vec<(PathBuf, Id)> = vec![(PathBuf::new(), root)];
+    let mut refused = Vec::new();
+    let mut level: Vec<(PathBuf, Option<usize>, Id)> = vec![(PathBuf::new(), None, root)];
     while !level.is_empty() {
-        let trees: Vec<(PathBuf, Result<crate::tree::Tree>)> = futures::stream::iter(level)
-            .map(|(rel, id)| async move { (rel, trees.get(repo, index, &id).await) })
+        let trees: Vec<_> = futures::stream::iter(level)
+            .map(
+                |(rel, parent, id)| async move { (rel, parent, trees.get(repo, index, &id).await) },
+            )
             .buffered(READ_AHEAD)
             .collect()
             .await;
         let mut next = Vec::new();
-        for (rel, tree) in trees {
+        for (rel, parent, tree) in trees {
             for node in tree?.nodes {
-                let child = rel.join(OsString::from_vec(node.name_bytes()));
+                let name = match node.checked_name() {
+                    Ok(n) => n,
+                    Err(e) => {
+                        refused.push(format!("/{}: refused: {e}", rel.join(&node.name).display()));
+                        continue;
+                    }
+                };
+                let child = rel.join(OsString::from_vec(name.clone()));
                 if !wanted(&child) {
                     continue;
                 }
-                if let Some(sub) = node.subtree {
-                    next.push((child.clone(), sub));
+                if node.kind == NodeKind::Dir {
+                    if let Some(sub) = node.subtree {
+                        next.push((child.clone(), Some(items.len()), sub));
+                    }
                 }
-                items.push(Item { rel: child, node });
+                items.push(Item {
+                    rel: child,
+                    name,
+                    parent,
+                    node,
+                });
             }
         }
         level = next;
     }
-    Ok(items)
+    Ok((items, refused))
 }
+
+/// The directories a restore writes into, open, and the temp files it made in them.
+struct Places {
+    root: Dir,
+    /// A directory item's directory, once made.
+    dirs: Vec<Option<Dir>>,
+    /// A file of several blobs: its temp name and (device, inode), once made.
+    temps: Vec<OnceLock<(CString, (u64, u64))>>,
+}
+
+impl Places {
+    /// The open directory item `i` lives in; `None` when it could not be made.
+    fn parent(&self, items: &[Item], i: usize) -> Option<&Dir> {
+        match items[i].parent {
+            None => Some(&self.root),
+            Some(p) => self.dirs[p].as_ref(),
+        }
+    }
+}
+
+const NO_PARENT: &str = "its directory could not be restored";
 
 /// Runs `f` on `0..n` on all cores, each core a contiguous share (mostly other directories
 /// than the next core's, whose locks they would contend for); returns what failed.
@@ -147,7 +192,7 @@ struct Writer {
     items: Arc<Vec<Item>>,
     /// Files whose content is one blob: made, written and finished at once.
     whole: Vec<bool>,
-    root: PathBuf,
+    places: Arc<Places>,
     /// Whether to set owners: only root may.
     owner: bool,
     progress: Arc<dyn crate::archiver::BackupProgress>,
@@ -177,9 +222,12 @@ impl Writer {
                     for &(item, off) in &targets {
                         self.progress.done(plain.len() as u64);
                         let it = &self.items[item];
+                        let Some(dir) = self.places.parent(&self.items, item) else {
+                            w.bad.push((item, NO_PARENT.into()));
+                            continue;
+                        };
                         if self.whole[item] {
-                            let path = self.root.join(&it.rel);
-                            match write_whole(&path, &it.node, plain, self.owner) {
+                            match write_whole(dir, &it.name, &it.node, plain, self.owner) {
                                 Ok(()) => {}
                                 Err(Failed::Content(e)) => w.bad.push((item, e.to_string())),
                                 Err(Failed::Meta(e)) => w
@@ -192,7 +240,11 @@ impl Writer {
                             continue; // a hole, left by create
                         }
                         if open.as_ref().is_none_or(|(i, _)| *i != item) {
-                            match dirfd::open_write(&temp_of(&self.root.join(&it.rel))) {
+                            let Some((name, id)) = self.places.temps[item].get() else {
+                                w.bad.push((item, "its file was not made".into()));
+                                continue;
+                            };
+                            match dir.open_temp(name, *id) {
                                 Ok(f) => open = Some((item, f)),
                                 Err(e) => {
                                     open = None;
@@ -218,6 +270,7 @@ impl Writer {
 }
 
 /// Restores `snap` (the parts under `include`, absolute paths as backed up) into `target`.
+/// Entries the snapshot names badly are refused, each reported; the rest is restored.
 pub async fn restore(
     repo: Arc<Repo>,
     index: Arc<Index>,
@@ -231,31 +284,49 @@ pub async fn restore(
         .map(|p| p.strip_prefix("/").unwrap_or(p).to_path_buf())
         .collect();
     let trees = crate::blob::Trees::preload(&repo, &index, crate::blob::PRELOAD_MAX).await?;
-    let items = walk(&repo, &index, &trees, snap.tree, &include).await?;
+    let (items, refused) = walk(&repo, &index, &trees, snap.tree, &include).await?;
     drop(trees);
     if !include.is_empty() && items.is_empty() {
         return Err(Error::NotFound(format!("{include:?}: not in the snapshot")));
     }
-    fs::create_dir_all(target).map_err(|e| Error::io(target.display(), e))?;
-    dirfd::forget();
-    let mut out = Restored::default();
+    ferry_fs::raise_fd_limit();
+    let root = Dir::create_root(target).map_err(|e| Error::io(target.display(), e))?;
+    // SAFETY: geteuid cannot fail.
+    let owner = unsafe { libc::geteuid() } == 0;
+    let mut out = Restored {
+        errors: refused,
+        ..Restored::default()
+    };
     let mut damaged: HashMap<usize, String> = HashMap::new();
     // pack -> blob -> (offset, sealed len, targets)
     let mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Targets)>> = HashMap::new();
     let mut links: HashMap<(u64, u64), usize> = HashMap::new();
     let mut hardlinks: Vec<(usize, usize)> = Vec::new();
     let mut whole = vec![false; items.len()];
+    let mut places = Places {
+        root,
+        dirs: (0..items.len()).map(|_| None).collect(),
+        temps: (0..items.len()).map(|_| OnceLock::new()).collect(),
+    };
 
-    // Directories first, in order; everything else is made afterwards on all cores.
+    // Directories first, in order, private until their metadata is set last; then files of
+    // several blobs are made on all cores; links and special files come after all content.
     let mut make = Vec::new();
+    let mut others = Vec::new();
     for (i, it) in items.iter().enumerate() {
         let n = &it.node;
         match n.kind {
             NodeKind::Dir => {
                 out.dirs += 1;
-                let path = target.join(&it.rel);
-                if let Err(e) = fs::create_dir_all(&path) {
-                    damaged.insert(i, e.to_string());
+                let made = match places.parent(&items, i) {
+                    Some(d) => d.make_dir(&it.name, true, owner).map_err(|e| e.to_string()),
+                    None => Err(NO_PARENT.to_string()),
+                };
+                match made {
+                    Ok((d, _)) => places.dirs[i] = Some(d),
+                    Err(e) => {
+                        damaged.insert(i, e);
+                    }
                 }
             }
             NodeKind::Socket => {}
@@ -288,20 +359,27 @@ pub async fn restore(
                         format!("blobs hold {off} bytes, the snapshot says {}", n.size),
                     );
                 }
-                if n.content.len() == 1 && !damaged.contains_key(&i) {
+                if damaged.contains_key(&i) {
+                    continue;
+                }
+                if n.content.len() == 1 {
                     whole[i] = true; // made, written and finished with its blob
                 } else {
                     make.push(i);
                 }
             }
-            _ => make.push(i),
+            _ => others.push(i),
         }
     }
     let items = Arc::new(items);
-    let (its, root) = (items.clone(), target.to_path_buf());
+    let places = Arc::new(places);
+    let (its, pl) = (items.clone(), places.clone());
     let made = on_all_cores(make.len(), move |k| {
-        let it = &its[make[k]];
-        create(&root.join(&it.rel), &it.node).map_err(|e| (make[k], e.to_string()))
+        let i = make[k];
+        let dir = pl.parent(&its, i).ok_or((i, NO_PARENT.to_string()))?;
+        let t = create(dir, &its[i].node).map_err(|e| (i, e.to_string()))?;
+        let _ = pl.temps[i].set((t.name, t.id));
+        Ok(())
     })
     .await?;
     damaged.extend(made);
@@ -344,9 +422,8 @@ pub async fn restore(
         key: repo.key().clone(),
         items: items.clone(),
         whole,
-        root: target.to_path_buf(),
-        // SAFETY: geteuid cannot fail.
-        owner: unsafe { libc::geteuid() } == 0,
+        places: places.clone(),
+        owner,
         progress: progress.clone(),
     });
     // Decrypting, decompressing and writing is CPU work: one read at a time per core. More
@@ -385,56 +462,75 @@ pub async fn restore(
     let whole = &writer.whole;
     out.errors.extend(unset);
 
-    // Damaged files are reported; the others get their names and metadata, on all cores.
+    // Damaged files are reported and their temp files removed; the others get their
+    // metadata and names, on all cores; links and special files after them.
     let mut finish = Vec::new();
     for (i, it) in items.iter().enumerate() {
         if let Some(why) = damaged.get(&i) {
-            let _ = fs::remove_file(temp_of(&target.join(&it.rel)));
+            if let (Some(dir), Some((name, _))) = (places.parent(&items, i), places.temps[i].get())
+            {
+                let _ = dir.remove(name);
+            }
             out.errors.push(format!("/{}: {why}", it.rel.display()));
-        } else if !matches!(it.node.kind, NodeKind::Dir | NodeKind::Socket) && !whole[i] {
+        } else if it.node.kind == NodeKind::File && !whole[i] {
             finish.push(i);
         }
     }
     let second: std::collections::HashSet<usize> = hardlinks.iter().map(|h| h.1).collect();
     finish.retain(|i| !second.contains(i)); // linked below, to their first name
-    let (its, root) = (items.clone(), target.to_path_buf());
+    let (its, pl) = (items.clone(), places.clone());
     let finished = on_all_cores(finish.len(), move |k| {
-        let it = &its[finish[k]];
-        let path = root.join(&it.rel);
-        let rel = it.rel.display();
-        if it.node.kind == NodeKind::File {
-            dirfd::rename_within(&temp_of(&path), &path)
-                .map_err(|e| (finish[k], format!("/{rel}: {e}")))?;
-        }
-        apply_meta(&path, &it.node).map_err(|e| (finish[k], format!("/{rel}: metadata: {e}")))
+        let i = finish[k];
+        let it = &its[i];
+        let fail = |e: std::io::Error| (i, format!("/{}: {e}", it.rel.display()));
+        let dir = pl
+            .parent(&its, i)
+            .ok_or((i, format!("/{}: {NO_PARENT}", it.rel.display())))?;
+        let (name, id) = pl.temps[i].get().expect("made, or damaged");
+        let file = dir.open_temp(name, *id).map_err(fail)?;
+        let meta = ferry_fs::set_meta(&file, &meta(&it.node), owner);
+        dir.rename(name, &it.name).map_err(|e| {
+            let _ = dir.remove(name);
+            fail(e)
+        })?;
+        meta.map_err(|e| (i, format!("/{}: metadata: {e}", it.rel.display())))
     })
     .await?;
     out.errors.extend(finished.into_iter().map(|(_, m)| m));
+    let (its, pl) = (items.clone(), places.clone());
+    let made = on_all_cores(others.len(), move |k| {
+        let i = others[k];
+        let it = &its[i];
+        let dir = pl.parent(&its, i).ok_or((i, NO_PARENT.to_string()))?;
+        make_other(dir, &it.name, &it.node, owner).map_err(|e| (i, e.to_string()))
+    })
+    .await?;
+    for (i, e) in made {
+        out.errors.push(format!("/{}: {e}", items[i].rel.display()));
+    }
     for (first, other) in hardlinks {
-        let a = target.join(&items[first].rel);
-        let b = target.join(&items[other].rel);
+        let (a, b) = (&items[first], &items[other]);
         if damaged.contains_key(&first) {
-            out.errors.push(format!(
-                "/{}: hard link to a damaged file",
-                items[other].rel.display()
-            ));
+            out.errors
+                .push(format!("/{}: hard link to a damaged file", b.rel.display()));
             continue;
         }
-        let _ = fs::remove_file(&b);
-        if let Err(e) = fs::hard_link(&a, &b) {
-            out.errors
-                .push(format!("/{}: {e}", items[other].rel.display()));
+        let linked = match (places.parent(&items, first), places.parent(&items, other)) {
+            (Some(from), Some(to)) => to.hard_link(from, &a.name, &b.name),
+            _ => Err(std::io::Error::other(NO_PARENT)),
+        };
+        if let Err(e) = linked {
+            out.errors.push(format!("/{}: {e}", b.rel.display()));
         }
     }
-    // Directories last, deepest first: writing into them changed their mtime.
-    for it in items
-        .iter()
-        .rev()
-        .filter(|it| it.node.kind == NodeKind::Dir)
-    {
-        if let Err(e) = apply_meta(&target.join(&it.rel), &it.node) {
-            out.errors
-                .push(format!("/{}: metadata: {e}", it.rel.display()));
+    // Directories last, deepest first: writing into them changed their mtime, and their
+    // final mode may let others in.
+    for (i, it) in items.iter().enumerate().rev() {
+        if let Some(d) = &places.dirs[i] {
+            if let Err(e) = d.set_meta(&meta(&it.node), owner) {
+                out.errors
+                    .push(format!("/{}: metadata: {e}", it.rel.display()));
+            }
         }
     }
     Ok(out)

@@ -98,6 +98,18 @@ impl Node {
         }
     }
 
+    /// The file name's bytes, refused unless it is one directory entry's name (not empty,
+    /// `.`, `..`, nor holding `/` or NUL): whoever wrote the snapshot chose it.
+    pub fn checked_name(&self) -> Result<Vec<u8>, String> {
+        let name = if self.name_hex {
+            hex::decode(&self.name).map_err(|_| "name is not hex".to_string())?
+        } else {
+            self.name.as_bytes().to_vec()
+        };
+        ferry_fs::check_name(&name).map_err(|e| e.to_string())?;
+        Ok(name)
+    }
+
     /// True when a file with this node's metadata may keep `older`'s content unread:
     /// same size, mtime, ctime and inode. ctime moves on every write and on every metadata
     /// change, and cannot be set back by tools that restore mtime.

@@ -245,9 +245,10 @@ impl Archive {
             sealed.map_err(|e| Error::Permanent(format!("compress: {e}")))??;
         match existing {
             Ok(h) if h.same_content(&header) => return Ok(Pushed::AlreadyArchived(header)),
-            // Archived the other way: in plaintext before the repository was encrypted (it
-            // stays so: a retry is no reason to rewrite it), or encrypted, and this push has
-            // no key to compare with.
+            // Plaintext in an encrypted archive: fetch refuses it, so it is replaced by this
+            // sealed copy (whoever can write the store may have planted it).
+            Ok(h) if h.cipher == Cipher::None && self.key.is_some() => {}
+            // Encrypted, and this push has no key to compare with.
             Ok(h) if h.cipher != header.cipher => {
                 match h.describes(&data, name.as_str(), self.key.as_ref()) {
                     Some(true) => return Ok(Pushed::AlreadyArchived(header)),

@@ -259,13 +259,15 @@ pub fn seal(
 }
 
 /// Unwraps an archived object, the WAL file `name`, and checks it against its header: the
-/// original bytes, or an error naming `what`. An encrypted object needs `key`; a plaintext
-/// one is read with or without it (WAL archived before the repository was encrypted).
+/// original bytes, or an error naming `what`. An encrypted object needs `key`; given a key,
+/// a plaintext object is refused: anyone who can write the store could have put it there,
+/// and nothing authenticates it (a downgrade).
 pub fn open(obj: &[u8], what: &str, name: &str, key: Option<&WalKey>) -> Result<(Header, Vec<u8>)> {
     let header = Header::parse(obj, what)?;
     let rest = &obj[HEADER_LEN..];
     let opened;
     let payload = match header.cipher {
+        Cipher::None if key.is_some() => return Err(downgraded(what)),
         Cipher::None => rest,
         Cipher::XChaCha20Poly1305 => {
             let Some(k) = key else {
@@ -312,6 +314,14 @@ pub fn open(obj: &[u8], what: &str, name: &str, key: Option<&WalKey>) -> Result<
         )));
     }
     Ok((header, data))
+}
+
+/// The error for a plaintext object where the archive is encrypted.
+pub fn downgraded(what: &str) -> Error {
+    Error::Checksum(format!(
+        "{what}: stored unencrypted in an encrypted archive: refused (nothing authenticates \
+         it; whoever can write the store may have put it there)"
+    ))
 }
 
 #[cfg(test)]
@@ -393,9 +403,11 @@ mod tests {
         assert!(e.to_string().contains("does not decrypt"), "{e}");
         let e = open(&obj, "x", NAME, None).unwrap_err();
         assert!(e.to_string().contains("is encrypted"), "{e}");
-        // A plaintext object is still read when a key is given.
+        // A plaintext object is refused when a key is given: nothing authenticates it.
         let (_, plain) = seal(&data, 1, NAME, None).unwrap();
-        assert_eq!(open(&plain, "x", NAME, Some(&key(1))).unwrap().1, data);
+        let e = open(&plain, "x", NAME, Some(&key(1))).unwrap_err();
+        assert!(e.to_string().contains("unencrypted"), "{e}");
+        assert_eq!(open(&plain, "x", NAME, None).unwrap().1, data);
     }
 
     #[test]

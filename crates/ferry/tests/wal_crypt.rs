@@ -409,12 +409,45 @@ fn tampered_moved_or_foreign_segments_are_refused() {
     nothing_written(&dest);
     std::fs::write(obj(b), &b_orig).unwrap();
 
+    // A downgrade: segment a pushed where there is no repository (plaintext, its checksum
+    // valid) and planted over the encrypted object. Refused; and a push of segment a
+    // replaces it with a sealed copy.
+    let bare_plain = rig.pg.make_dir("bare-plain");
+    let wal_a = rig.pg.pg_wal().join(a);
+    let out = rig.ferry(
+        &["wal-push", wal_a.to_str().unwrap()],
+        &[
+            ("FERRY_REPO", bare_plain.to_str().unwrap()),
+            ("FERRY_WAL_ASYNC", "false"),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let sealed_a = std::fs::read(obj(a)).unwrap();
+    std::fs::copy(bare_plain.join("wal").join(&a[..16]).join(a), obj(a)).unwrap();
+    assert_eq!(
+        std::fs::read(obj(a)).unwrap()[10],
+        0,
+        "planted in plaintext"
+    );
+    fails_with(
+        &fetch(&rig, a, &dest, &[]),
+        "stored unencrypted in an encrypted archive",
+    );
+    nothing_written(&dest);
+    let out = rig.ferry(
+        &["wal-push", wal_a.to_str().unwrap()],
+        &[("FERRY_WAL_ASYNC", "false")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read(obj(a)).unwrap()[10], 1, "sealed again");
+    std::fs::write(obj(a), &sealed_a).unwrap();
+
     // One flipped bit in the ciphertext, in the header, or the cipher byte cleared.
     let a_orig = std::fs::read(obj(a)).unwrap();
     for (at, needle) in [
         (a_orig.len() / 2, "does not decrypt"),
         (30, "does not decrypt"),
-        (10, "corrupt"),
+        (10, "stored unencrypted"),
     ] {
         let mut bad = a_orig.clone();
         bad[at] ^= 0x01;

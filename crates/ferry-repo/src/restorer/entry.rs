@@ -1,85 +1,56 @@
-//! One entry of a restore on disk: made, written, given its metadata.
+//! One entry of a restore on disk, made through the safe file layer (`ferry-fs`): beneath
+//! its directory's descriptor, never through a link, private until its metadata is set.
 
-use std::ffi::{CString, OsStr, OsString};
-use std::fs;
-use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 
-use ferry_store::{Error, Result};
-use xattr::FileExt as _;
+use ferry_fs::{Dir, Meta, Special, Temp};
 
-use crate::dirfd;
 use crate::tree::{Node, NodeKind};
 
-fn cstr(p: &Path) -> Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| Error::Invalid(format!("{}: NUL in path", p.display())))
+/// The metadata `n` records, as the file layer sets it.
+pub(super) fn meta(n: &Node) -> Meta {
+    let xattrs = if n.kind == NodeKind::Symlink {
+        Vec::new()
+    } else {
+        n.xattrs
+            .iter()
+            .filter_map(|(k, v)| Some((hex::decode(k).ok()?, hex::decode(v).ok()?)))
+            .collect()
+    };
+    Meta {
+        uid: n.uid,
+        gid: n.gid,
+        mode: n.mode,
+        mtime_ns: n.mtime,
+        xattrs,
+    }
 }
 
-/// Sets owner (when root), mode, times and xattrs, without following symlinks.
-pub(super) fn apply_meta(path: &Path, n: &Node) -> std::io::Result<()> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        dirfd::set_owner(path, n.uid, n.gid)?;
-    }
-    let symlink = n.kind == NodeKind::Symlink;
-    if !symlink {
-        for (k, v) in &n.xattrs {
-            if let (Ok(k), Ok(v)) = (hex::decode(k), hex::decode(v)) {
-                let _ = xattr::set(path, OsStr::from_bytes(&k), &v);
-            }
-        }
-    }
-    dirfd::set_mode_and_mtime(path, (!symlink).then_some(n.mode), n.mtime)
-}
-
-/// Makes the entry `n` at `path`: a file under its temp name, sized (holes where nothing
-/// is written, so sparse files come back sparse), or a symlink or special file.
-pub(super) fn create(path: &Path, n: &Node) -> std::io::Result<()> {
-    match n.kind {
-        NodeKind::File => dirfd::create(&temp_of(path)).and_then(|f| f.set_len(n.size)),
+/// Makes the symlink or special file `n` as `name` in `dir`, with its metadata. Special
+/// files only when `special`: devices and pipes are left out otherwise.
+pub(super) fn make_other(dir: &Dir, name: &[u8], n: &Node, owner: bool) -> std::io::Result<()> {
+    let m = meta(n);
+    let kind = match n.kind {
         NodeKind::Symlink => {
-            let t = hex::decode(n.target.as_deref().unwrap_or_default()).unwrap_or_default();
-            let _ = fs::remove_file(path);
-            std::os::unix::fs::symlink(OsStr::from_bytes(&t), path)
+            let t = hex::decode(n.target.as_deref().unwrap_or_default()).map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "link target is not hex")
+            })?;
+            return dir.symlink(&t, name, &m, owner);
         }
-        NodeKind::Fifo | NodeKind::Chardev | NodeKind::Blockdev => {
-            let kind = match n.kind {
-                NodeKind::Fifo => libc::S_IFIFO,
-                NodeKind::Chardev => libc::S_IFCHR,
-                _ => libc::S_IFBLK,
-            };
-            let c = cstr(path).map_err(std::io::Error::other)?;
-            let _ = fs::remove_file(path);
-            // SAFETY: valid path; mknod creates a node or fails.
-            let rc = unsafe {
-                libc::mknod(
-                    c.as_ptr(),
-                    kind | (n.mode & 0o7777),
-                    n.rdev.unwrap_or(0) as libc::dev_t,
-                )
-            };
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        }
-        NodeKind::Dir | NodeKind::Socket => Ok(()),
-    }
+        NodeKind::Fifo => Special::Fifo,
+        NodeKind::Chardev => Special::Chardev,
+        NodeKind::Blockdev => Special::Blockdev,
+        NodeKind::File | NodeKind::Dir | NodeKind::Socket => return Ok(()),
+    };
+    dir.special(name, kind, n.rdev.unwrap_or(0), &m, owner)
 }
 
-pub(super) fn temp_of(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    let mut t = OsString::from(".");
-    t.push(name);
-    t.push(".ferry-restore");
-    path.with_file_name(t)
+/// Makes the file `n` under a private temp name, sized (holes where nothing is written,
+/// so sparse files come back sparse); its blobs are written into it later.
+pub(super) fn create(dir: &Dir, n: &Node) -> std::io::Result<Temp> {
+    let t = dir.create_temp()?;
+    t.file.set_len(n.size)?;
+    Ok(t)
 }
 
 /// Why [`write_whole`] failed.
@@ -90,51 +61,34 @@ pub(super) enum Failed {
     Meta(std::io::Error),
 }
 
-/// Writes a file whose content is the one blob `plain`, sets its metadata through the
-/// descriptor still open, and gives it its name: one pass where a file of several blobs
-/// takes three (create; write, blob by blob; rename and metadata by name). Most files of a
-/// tree of small ones are such files.
+/// Writes a file whose content is the one blob `plain`, sets its metadata through its
+/// descriptor and gives it its name: one pass where a file of several blobs takes three
+/// (create; write, blob by blob; metadata and name). Most files of a tree of small ones are
+/// such files.
 pub(super) fn write_whole(
-    path: &Path,
+    dir: &Dir,
+    name: &[u8],
     n: &Node,
     plain: &[u8],
     owner: bool,
 ) -> std::result::Result<(), Failed> {
-    let temp = temp_of(path);
-    let f = dirfd::create(&temp).map_err(Failed::Content)?;
+    let t = dir.create_temp().map_err(Failed::Content)?;
     // All zeros: a hole, so that sparse files come back sparse.
     let wrote = if plain.iter().all(|&b| b == 0) {
-        f.set_len(n.size)
+        t.file.set_len(n.size)
     } else {
-        f.write_all_at(plain, 0)
+        t.file.write_all_at(plain, 0)
     };
-    wrote.map_err(Failed::Content)?;
-    let meta = apply_meta_fd(&f, n, owner);
-    drop(f);
-    dirfd::rename_within(&temp, path).map_err(Failed::Content)?;
+    if let Err(e) = wrote {
+        let _ = dir.remove(&t.name);
+        return Err(Failed::Content(e));
+    }
+    // Metadata before the name: nobody sees the file before its mode is final. A file whose
+    // metadata cannot be set still takes its name, and is reported.
+    let meta = ferry_fs::set_meta(&t.file, &meta(n), owner);
+    dir.rename(&t.name, name).map_err(|e| {
+        let _ = dir.remove(&t.name);
+        Failed::Content(e)
+    })?;
     meta.map_err(Failed::Meta)
-}
-
-/// [`apply_meta`] for an open regular file, through its descriptor: no name to look up.
-fn apply_meta_fd(f: &fs::File, n: &Node, owner: bool) -> std::io::Result<()> {
-    let fd = f.as_raw_fd();
-    if owner {
-        // SAFETY: fd is open. Best effort, as by name; before xattrs, which a chown clears.
-        unsafe { libc::fchown(fd, n.uid, n.gid) };
-    }
-    for (k, v) in &n.xattrs {
-        if let (Ok(k), Ok(v)) = (hex::decode(k), hex::decode(v)) {
-            let _ = f.set_xattr(OsStr::from_bytes(&k), &v);
-        }
-    }
-    // SAFETY: fd is open.
-    if unsafe { libc::fchmod(fd, n.mode) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let times = dirfd::times(n.mtime);
-    // SAFETY: fd is open; times holds the two timespecs futimens reads.
-    if unsafe { libc::futimens(fd, times.as_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }

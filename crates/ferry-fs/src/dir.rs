@@ -1,0 +1,472 @@
+//! [`Dir`]: an open directory, and every call that makes or changes an entry in it.
+
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+use crate::name::check_name;
+
+/// Owner, mode, times and extended attributes to give an entry.
+#[derive(Debug, Clone, Default)]
+pub struct Meta {
+    /// Owner, set only when the caller asks (only root may give files away).
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Permission bits with setuid, setgid and sticky.
+    pub mode: u32,
+    /// Modification (and access) time, ns since the epoch.
+    pub mtime_ns: i64,
+    /// Extended attributes, name and value.
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// A special file [`Dir::special`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Special {
+    /// A named pipe.
+    Fifo,
+    /// A character device.
+    Chardev,
+    /// A block device.
+    Blockdev,
+}
+
+/// A file made by [`Dir::create_temp`]: open, private, under a name nobody could guess.
+#[derive(Debug)]
+pub struct Temp {
+    /// The open file.
+    pub file: File,
+    /// Its name in the directory.
+    pub name: CString,
+    /// Its (device, inode): [`Dir::open_temp`] opens it again only if the name still holds it.
+    pub id: (u64, u64),
+}
+
+/// An open directory. Every entry below it is reached through it, one component at a time,
+/// never through a symlink.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+}
+
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn err(kind: io::ErrorKind, msg: impl Into<String>) -> io::Error {
+    io::Error::new(kind, msg.into())
+}
+
+/// `name` as a C string, refused unless it is one entry's name.
+fn entry(name: &[u8]) -> io::Result<CString> {
+    check_name(name).map_err(|e| err(io::ErrorKind::InvalidInput, e.to_string()))?;
+    CString::new(name).map_err(|_| err(io::ErrorKind::InvalidInput, "NUL in name"))
+}
+
+fn stat_fd(fd: RawFd) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero stat is a valid value; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open; st is a valid out-pointer.
+    check(unsafe { libc::fstat(fd, &mut st) })?;
+    Ok(st)
+}
+
+fn random_name() -> CString {
+    let n: u128 = rand::random();
+    CString::new(format!(".ferry-{n:032x}")).expect("no NUL")
+}
+
+/// Access and modification times, both `mtime_ns`, as utimensat and futimens take them.
+fn times(mtime_ns: i64) -> [libc::timespec; 2] {
+    let ts = libc::timespec {
+        tv_sec: mtime_ns.div_euclid(1_000_000_000),
+        tv_nsec: mtime_ns.rem_euclid(1_000_000_000),
+    };
+    [ts, ts]
+}
+
+/// Gives the open file or directory `fd` its metadata: owner first (a chown clears setuid
+/// bits and `security.capability`), then xattrs, mode and times. A failed chown is not an
+/// error: an unprivileged restore cannot give files away either.
+pub fn set_meta(f: &impl AsRawFd, m: &Meta, owner: bool) -> io::Result<()> {
+    set_meta_fd(f.as_raw_fd(), m, owner)
+}
+
+fn set_meta_fd(fd: RawFd, m: &Meta, owner: bool) -> io::Result<()> {
+    if owner {
+        // SAFETY: fd is open.
+        unsafe { libc::fchown(fd, m.uid, m.gid) };
+    }
+    for (k, v) in &m.xattrs {
+        let Ok(k) = CString::new(k.as_slice()) else {
+            continue;
+        };
+        // SAFETY: fd is open, k NUL-terminated, v a valid buffer of its length. Best effort:
+        // the target's filesystem may not take every namespace.
+        unsafe { libc::fsetxattr(fd, k.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+    }
+    // SAFETY: fd is open.
+    check(unsafe { libc::fchmod(fd, m.mode & 0o7777) })?;
+    let t = times(m.mtime_ns);
+    // SAFETY: fd is open; t holds the two timespecs futimens reads.
+    check(unsafe { libc::futimens(fd, t.as_ptr()) }).map(drop)
+}
+
+/// Raises the soft limit on open descriptors to the hard one: a restore holds a directory
+/// open for each directory it writes into.
+pub fn raise_fd_limit() {
+    // SAFETY: an all-zero rlimit is valid; getrlimit fills it.
+    let mut l: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: l is a valid out-pointer; setrlimit reads it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
+impl Dir {
+    fn openat(&self, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+        // SAFETY: self.fd is an open directory, name NUL-terminated.
+        let fd = check(unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0o600,
+            )
+        })?;
+        // SAFETY: fd was just opened and is owned by nothing else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn open_dir_c(&self, name: &CStr) -> io::Result<Dir> {
+        let fd = self.openat(name, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        Ok(Dir { fd })
+    }
+
+    /// Opens the directory at `path`, which the caller chose and so may hold symlinks,
+    /// creating what is missing (mode 0700).
+    pub fn create_root(path: &Path) -> io::Result<Dir> {
+        if !path.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(path)?;
+        }
+        Self::open_root(path)
+    }
+
+    /// Opens the existing directory at `path`, which the caller chose.
+    pub fn open_root(path: &Path) -> io::Result<Dir> {
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| err(io::ErrorKind::InvalidInput, "NUL in path"))?;
+        // SAFETY: c is NUL-terminated; the descriptor is owned from here on.
+        let fd = check(unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        // SAFETY: fd was just opened and is owned by nothing else.
+        Ok(Dir {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// The existing directory `name` in this one, not through a symlink.
+    pub fn open_dir(&self, name: &[u8]) -> io::Result<Dir> {
+        self.open_dir_c(&entry(name)?)
+    }
+
+    /// The existing directory at `rel` below this one, each component checked and none a
+    /// symlink.
+    pub fn open_path(&self, rel: &Path) -> io::Result<Dir> {
+        let mut cur: Option<Dir> = None;
+        for c in rel.components() {
+            let Component::Normal(name) = c else {
+                return Err(err(
+                    io::ErrorKind::InvalidInput,
+                    format!("{}: not a path beneath", rel.display()),
+                ));
+            };
+            let next = cur.as_ref().unwrap_or(self).open_dir(name.as_bytes())?;
+            cur = Some(next);
+        }
+        match cur {
+            Some(d) => Ok(d),
+            None => self.try_clone(),
+        }
+    }
+
+    /// Another descriptor of this directory.
+    pub fn try_clone(&self) -> io::Result<Dir> {
+        Ok(Dir {
+            fd: self.fd.try_clone()?,
+        })
+    }
+
+    /// The directory `name` in this one, made (mode 0700) when missing. An existing
+    /// directory is kept and, when `private`, made 0700 at once (and root's, when `owner`)
+    /// so that nobody else can enter it before its final metadata is set. Anything else
+    /// there, a symlink included, is unlinked first. Returns whether it was made.
+    pub fn make_dir(&self, name: &[u8], private: bool, owner: bool) -> io::Result<(Dir, bool)> {
+        let c = entry(name)?;
+        for _ in 0..4 {
+            // SAFETY: self.fd is open, c NUL-terminated.
+            let rc = unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o700) };
+            if rc == 0 {
+                return Ok((self.open_dir_c(&c)?, true));
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(e);
+            }
+            match self.open_dir_c(&c) {
+                Ok(d) => {
+                    if private {
+                        if owner {
+                            // SAFETY: d.fd is open. Best effort, as every chown here.
+                            unsafe { libc::fchown(d.fd.as_raw_fd(), 0, 0) };
+                        }
+                        // SAFETY: d.fd is open. Fails only for a directory not ours as a
+                        // non-root user, which that user cannot protect anyway.
+                        unsafe { libc::fchmod(d.fd.as_raw_fd(), 0o700) };
+                    }
+                    return Ok((d, false));
+                }
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOTDIR) | Some(libc::ELOOP) | Some(libc::ENOENT)
+                    ) =>
+                {
+                    self.unlink(&c)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(err(
+            io::ErrorKind::Other,
+            "the entry keeps changing under the restore",
+        ))
+    }
+
+    fn unlink(&self, c: &CStr) -> io::Result<()> {
+        // SAFETY: self.fd is open, c NUL-terminated; unlinkat never follows a link.
+        let rc = unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(()),
+            Some(libc::EISDIR) => {
+                // SAFETY: as above; only an empty directory goes.
+                check(unsafe {
+                    libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR)
+                })
+                .map(drop)
+            }
+            _ => Err(e),
+        }
+    }
+
+    /// Removes the entry `name` (a file, a link, or an empty directory) without following
+    /// it; gone already is fine.
+    pub fn remove(&self, name: &CStr) -> io::Result<()> {
+        self.unlink(name)
+    }
+
+    /// A new file, created exclusive and mode 0600 under a random name: nobody else can
+    /// open it, and no entry planted under a guessed name can stand in for it.
+    pub fn create_temp(&self) -> io::Result<Temp> {
+        loop {
+            let name = random_name();
+            match self.openat(&name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL) {
+                Ok(fd) => {
+                    let st = stat_fd(fd.as_raw_fd())?;
+                    return Ok(Temp {
+                        file: File::from(fd),
+                        name,
+                        id: (st.st_dev, st.st_ino),
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Opens the file [`Dir::create_temp`] made again for writing, refused unless `name`
+    /// still holds that very file.
+    pub fn open_temp(&self, name: &CStr, id: (u64, u64)) -> io::Result<File> {
+        let fd = self.openat(name, libc::O_WRONLY)?;
+        let st = stat_fd(fd.as_raw_fd())?;
+        if (st.st_dev, st.st_ino) != id {
+            return Err(err(
+                io::ErrorKind::Other,
+                "the restore's temp file was replaced",
+            ));
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Gives the entry `from` the name `to`, replacing whatever `to` was (an empty directory
+    /// included), never writing through it.
+    pub fn rename(&self, from: &CStr, to: &[u8]) -> io::Result<()> {
+        let to = entry(to)?;
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: fd is open; both names NUL-terminated. rename replaces the name itself.
+        let rc = unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::ENOTEMPTY)) {
+            // A directory in the way: it goes if it is empty.
+            // SAFETY: as above.
+            check(unsafe { libc::unlinkat(fd, to.as_ptr(), libc::AT_REMOVEDIR) }).map_err(
+                |_| {
+                    err(
+                        io::ErrorKind::AlreadyExists,
+                        "a directory that is not empty is in the way",
+                    )
+                },
+            )?;
+            // SAFETY: as above.
+            return check(unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) }).map(drop);
+        }
+        Err(e)
+    }
+
+    /// Writes the open file's metadata through its descriptor and gives it its name.
+    pub fn finish(&self, t: &Temp, to: &[u8], m: &Meta, owner: bool) -> io::Result<()> {
+        set_meta_fd(t.file.as_raw_fd(), m, owner)?;
+        self.rename(&t.name, to)
+    }
+
+    /// Sets this directory's own metadata through its descriptor.
+    pub fn set_meta(&self, m: &Meta, owner: bool) -> io::Result<()> {
+        set_meta_fd(self.fd.as_raw_fd(), m, owner)
+    }
+
+    /// Makes the symlink `name` -> `target` (made under a random name, given its owner and
+    /// times, then renamed over whatever was there). The link is never followed.
+    pub fn symlink(&self, target: &[u8], name: &[u8], m: &Meta, owner: bool) -> io::Result<()> {
+        let t =
+            CString::new(target).map_err(|_| err(io::ErrorKind::InvalidInput, "NUL in link"))?;
+        let fd = self.fd.as_raw_fd();
+        let temp = loop {
+            let temp = random_name();
+            // SAFETY: fd is open; both strings NUL-terminated.
+            match check(unsafe { libc::symlinkat(t.as_ptr(), fd, temp.as_ptr()) }) {
+                Ok(_) => break temp,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let done = (|| {
+            let flags = libc::AT_SYMLINK_NOFOLLOW;
+            if owner {
+                // SAFETY: as above; the link itself changes owner.
+                unsafe { libc::fchownat(fd, temp.as_ptr(), m.uid, m.gid, flags) };
+            }
+            let ts = times(m.mtime_ns);
+            // SAFETY: as above; ts holds the two timespecs utimensat reads.
+            check(unsafe { libc::utimensat(fd, temp.as_ptr(), ts.as_ptr(), flags) })?;
+            self.rename(&temp, name)
+        })();
+        if done.is_err() {
+            let _ = self.unlink(&temp);
+        }
+        done
+    }
+
+    /// Makes the special file `name` with its metadata (made under a random name, mode 0600,
+    /// set up through an `O_PATH` descriptor checked to be the node just made, then renamed).
+    pub fn special(
+        &self,
+        name: &[u8],
+        kind: Special,
+        rdev: u64,
+        m: &Meta,
+        owner: bool,
+    ) -> io::Result<()> {
+        let fmt = match kind {
+            Special::Fifo => libc::S_IFIFO,
+            Special::Chardev => libc::S_IFCHR,
+            Special::Blockdev => libc::S_IFBLK,
+        };
+        let fd = self.fd.as_raw_fd();
+        let temp = loop {
+            let temp = random_name();
+            // SAFETY: fd is open, temp NUL-terminated; mknodat makes a node or fails.
+            match check(unsafe {
+                libc::mknodat(fd, temp.as_ptr(), fmt | 0o600, rdev as libc::dev_t)
+            }) {
+                Ok(_) => break temp,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let done = (|| {
+            let node = self.openat(&temp, libc::O_PATH)?;
+            let st = stat_fd(node.as_raw_fd())?;
+            if st.st_mode & libc::S_IFMT != fmt {
+                return Err(err(io::ErrorKind::Other, "the new node was replaced"));
+            }
+            let n = node.as_raw_fd();
+            if owner {
+                // SAFETY: n is open; AT_EMPTY_PATH acts on it, an O_PATH descriptor.
+                unsafe { libc::fchownat(n, c"".as_ptr(), m.uid, m.gid, libc::AT_EMPTY_PATH) };
+            }
+            // chmod and utimens do not take an O_PATH descriptor; its /proc name resolves to
+            // the node itself, never to whatever the directory entry holds by now.
+            let proc = CString::new(format!("/proc/self/fd/{n}")).expect("no NUL");
+            // SAFETY: proc is NUL-terminated.
+            check(unsafe { libc::chmod(proc.as_ptr(), m.mode & 0o7777) })?;
+            let ts = times(m.mtime_ns);
+            // SAFETY: as above; ts holds two timespecs.
+            check(unsafe { libc::utimensat(libc::AT_FDCWD, proc.as_ptr(), ts.as_ptr(), 0) })?;
+            self.rename(&temp, name)
+        })();
+        if done.is_err() {
+            let _ = self.unlink(&temp);
+        }
+        done
+    }
+
+    /// Makes `name` a hard link to the entry `from` of `dir` (never following a symlink
+    /// there), replacing whatever `name` was.
+    pub fn hard_link(&self, dir: &Dir, from: &[u8], name: &[u8]) -> io::Result<()> {
+        let from = entry(from)?;
+        let fd = self.fd.as_raw_fd();
+        let temp = loop {
+            let temp = random_name();
+            // SAFETY: both descriptors open, both names NUL-terminated; flags 0: no follow.
+            match check(unsafe {
+                libc::linkat(dir.fd.as_raw_fd(), from.as_ptr(), fd, temp.as_ptr(), 0)
+            }) {
+                Ok(_) => break temp,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let done = self.rename(&temp, name);
+        if done.is_err() {
+            let _ = self.unlink(&temp);
+        }
+        done
+    }
+}
