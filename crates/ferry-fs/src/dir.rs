@@ -356,6 +356,105 @@ impl Dir {
         self.rename(&t.name, to)
     }
 
+    /// Replaces the file `name` with `data`: a private temp file, written, fsynced, given
+    /// `mode` (and `owner`'s ids when given), renamed over whatever `name` was, and the
+    /// directory fsynced. Nothing there is written through or followed.
+    pub fn write_file(
+        &self,
+        name: &[u8],
+        data: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
+        use std::io::Write;
+        let mut t = self.create_temp()?;
+        let done = (|| {
+            t.file.write_all(data)?;
+            if let Some((uid, gid)) = owner {
+                // SAFETY: the file is open. Best effort: only root gives files away.
+                unsafe { libc::fchown(t.file.as_raw_fd(), uid, gid) };
+            }
+            // SAFETY: the file is open.
+            check(unsafe { libc::fchmod(t.file.as_raw_fd(), mode & 0o7777) })?;
+            t.file.sync_all()?;
+            self.rename(&t.name, name)?;
+            // SAFETY: self.fd is an open directory.
+            check(unsafe { libc::fsync(self.fd.as_raw_fd()) }).map(drop)
+        })();
+        if done.is_err() {
+            let _ = self.unlink(&t.name);
+        }
+        done
+    }
+
+    /// The content of the regular file `name`; `None` when there is none. Anything else
+    /// there (a symlink, a FIFO, a device) is an error, never opened.
+    pub fn read_file(&self, name: &[u8], max: u64) -> io::Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        let c = entry(name)?;
+        let fd = match self.openat(&c, libc::O_RDONLY | libc::O_NONBLOCK) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(err(io::ErrorKind::InvalidData, "a symlink, not a file"))
+            }
+            Err(e) => return Err(e),
+        };
+        let st = stat_fd(fd.as_raw_fd())?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(err(io::ErrorKind::InvalidData, "not a regular file"));
+        }
+        if st.st_size as u64 > max {
+            return Err(err(
+                io::ErrorKind::InvalidData,
+                "larger than a file of its kind",
+            ));
+        }
+        let mut out = Vec::with_capacity(st.st_size as usize);
+        File::from(fd).take(max).read_to_end(&mut out)?;
+        Ok(Some(out))
+    }
+
+    /// Sets this directory's mode and, when given, its owner, through its descriptor.
+    pub fn set_mode(&self, mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+        let fd = self.fd.as_raw_fd();
+        if let Some((uid, gid)) = owner {
+            // SAFETY: fd is open. Best effort, as every chown here.
+            unsafe { libc::fchown(fd, uid, gid) };
+        }
+        // SAFETY: fd is open.
+        check(unsafe { libc::fchmod(fd, mode & 0o7777) }).map(drop)
+    }
+
+    /// Refuses this directory unless this process's user owns it and nobody else may write
+    /// to it: a place ferry keeps its own state in (a spool, a cache).
+    pub fn check_private(&self, what: &Path) -> io::Result<()> {
+        let st = stat_fd(self.fd.as_raw_fd())?;
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if st.st_uid != me {
+            return Err(err(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is owned by uid {}, not by this user (uid {me}): refused",
+                    what.display(),
+                    st.st_uid
+                ),
+            ));
+        }
+        if st.st_mode & 0o022 != 0 {
+            return Err(err(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} may be written by others (mode {:o}): refused",
+                    what.display(),
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Sets this directory's own metadata through its descriptor.
     pub fn set_meta(&self, m: &Meta, owner: bool) -> io::Result<()> {
         set_meta_fd(self.fd.as_raw_fd(), m, owner)

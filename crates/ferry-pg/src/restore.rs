@@ -5,8 +5,6 @@
 //! directory is empty, a backup reaches the target, its WAL is all archived); if the restore
 //! fails after that, what it wrote is removed again.
 
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -141,25 +139,41 @@ fn conf_value(v: &str) -> String {
     format!("'{}'", v.replace('\'', "''"))
 }
 
-fn write_file(path: &Path, body: &str, owner: (u32, u32)) -> Result<()> {
-    let io = |e| Error::io(path.display(), e);
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io)?;
-    f.write_all(body.as_bytes()).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
-    chown(path, owner);
-    Ok(())
+/// The files pg restore writes into the data directory it restored: through `ferry-fs`, so
+/// that an entry the snapshot put under one of these names (a symlink to a file of the
+/// host's, say) is replaced, never written through or chowned.
+struct Conf {
+    dir: ferry_fs::Dir,
+    owner: (u32, u32),
 }
 
-/// Gives `path` to the backed-up directory's owner when we may (as root); otherwise it stays
-/// ours, which is right when the restoring user runs the server.
-fn chown(path: &Path, (uid, gid): (u32, u32)) {
-    let _ = std::os::unix::fs::chown(path, Some(uid), Some(gid));
+impl Conf {
+    fn io(name: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+        move |e| Error::io(format!("{name} in the restored data directory"), e)
+    }
+
+    /// Replaces `name` with `body`, mode 0600, the cluster owner's.
+    fn write(&self, name: &str, body: &[u8]) -> Result<()> {
+        self.dir
+            .write_file(name.as_bytes(), body, 0o600, Some(self.owner))
+            .map_err(Self::io(name))
+    }
+
+    /// Appends `body` to the regular file `name` (made when missing), by writing the whole
+    /// new file and renaming it over the old one.
+    fn append(&self, name: &str, body: &str) -> Result<()> {
+        let mut all = self
+            .dir
+            .read_file(name.as_bytes(), MAX_CONF)
+            .map_err(Self::io(name))?
+            .unwrap_or_default();
+        all.extend_from_slice(body.as_bytes());
+        self.write(name, &all)
+    }
 }
+
+/// Larger than any postgresql.auto.conf PostgreSQL writes.
+const MAX_CONF: u64 = 64 << 20;
 
 /// Restores into `opts.to`.
 pub async fn restore(
@@ -187,7 +201,8 @@ pub async fn restore(
     }
     let existed = opts.to.exists();
     let done = async {
-        std::fs::create_dir_all(&opts.to).map_err(|e| Error::io(opts.to.display(), e))?;
+        // Private (0700) before any content; its mode is set last.
+        ferry_fs::Dir::create_root(&opts.to).map_err(|e| Error::io(opts.to.display(), e))?;
         let r = ferry_repo::restorer::restore(
             repo.clone(),
             Arc::new(index),
@@ -234,11 +249,15 @@ pub async fn restore(
 
 /// The label, the signal file and the recovery settings.
 fn configure(to: &Path, b: &PgBackup, opts: &RestoreOptions, id: Id) -> Result<()> {
-    write_file(&to.join("backup_label"), &b.label, b.owner)?;
+    let c = Conf {
+        dir: ferry_fs::Dir::open_root(to).map_err(|e| Error::io(to.display(), e))?,
+        owner: b.owner,
+    };
+    c.write("backup_label", b.label.as_bytes())?;
     if let Some(map) = &b.tablespace_map {
-        write_file(&to.join("tablespace_map"), map, b.owner)?;
+        c.write("tablespace_map", map.as_bytes())?;
     }
-    write_file(&to.join("recovery.signal"), "", b.owner)?;
+    c.write("recovery.signal", b"")?;
     let mut conf = format!(
         "\n# Added by ferry pg restore of backup {} (made {}).\n",
         id.short(),
@@ -255,9 +274,8 @@ fn configure(to: &Path, b: &PgBackup, opts: &RestoreOptions, id: Id) -> Result<(
     for (k, v) in settings {
         conf.push_str(&format!("{k} = {}\n", conf_value(&v)));
     }
-    write_file(&to.join("postgresql.auto.conf"), &conf, b.owner)?;
-    std::fs::set_permissions(to, std::fs::Permissions::from_mode(b.mode & 0o750))
-        .map_err(|e| Error::io(to.display(), e))?;
-    chown(to, b.owner);
-    Ok(())
+    c.append("postgresql.auto.conf", &conf)?;
+    c.dir
+        .set_mode(b.mode & 0o750, Some(b.owner))
+        .map_err(|e| Error::io(to.display(), e))
 }

@@ -411,7 +411,10 @@ impl Archiver {
         Some((id, tree))
     }
 
-    fn save_tree(self: &Arc<Self>, mut nodes: Vec<Node>) -> BoxFuture<'static, Result<Id>> {
+    /// Stores one directory's listing as given, sorted by name: for programs that build a
+    /// tree themselves (and for tests that play a hostile password holder). A restore checks
+    /// every name it reads, whatever wrote it.
+    pub fn save_tree(self: &Arc<Self>, mut nodes: Vec<Node>) -> BoxFuture<'static, Result<Id>> {
         let me = self.clone();
         async move {
             nodes.sort_by_key(|a| a.name_bytes());

@@ -21,22 +21,24 @@ use crate::spool::Spool;
 const MISSING_RETRY: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(10);
 
-/// Writes `data` to `dest` atomically: a temp name in the same directory, then rename.
-/// No fsync: PostgreSQL reads the file at once, and asks again after a crash.
+/// Writes `data` to `dest` atomically, through `ferry-fs`: a private temp file in the same
+/// directory, then rename over whatever `dest` was (a link there is replaced, never
+/// followed). No fsync: PostgreSQL reads the file at once, and asks again after a crash.
 pub fn write_atomic(dest: &Path, data: &[u8]) -> Result<()> {
+    use std::io::Write;
     let dir = dest
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let file = dest
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{file}.ferry-tmp{}", std::process::id()));
-    let res = fs::write(&tmp, data).and_then(|_| fs::rename(&tmp, dest));
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
+    let name = dest.file_name().unwrap_or_default().as_encoded_bytes();
+    let res = ferry_fs::Dir::open_root(dir).and_then(|d| {
+        let mut t = d.create_temp()?;
+        let done = t.file.write_all(data).and_then(|_| d.rename(&t.name, name));
+        if done.is_err() {
+            let _ = d.remove(&t.name);
+        }
+        done
+    });
     res.map_err(|e| Error::io(format!("wal-fetch {}", dest.display()), e))
 }
 

@@ -61,9 +61,16 @@ fn identity(m: &fs::Metadata) -> String {
 impl Spool {
     /// Opens (creating) the spool at `dir`; a clear error when it cannot be used.
     pub fn open(dir: &Path) -> Result<Self> {
+        // Private: made 0700, and refused when another user owns it or others may write to
+        // it (they could plant acks, or links where the agents write).
+        let root = ferry_fs::Dir::create_root(dir).map_err(|e| io(dir, e))?;
+        root.check_private(dir).map_err(|e| io(dir, e))?;
         for sub in ["out", "in", "gaps"] {
             let d = dir.join(sub);
-            fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
+            let (sd, _) = root
+                .make_dir(sub.as_bytes(), false, false)
+                .map_err(|e| io(&d, e))?;
+            sd.check_private(&d).map_err(|e| io(&d, e))?;
         }
         // Creating directories can succeed on a spool whose files cannot be written.
         let probe = dir

@@ -1,0 +1,116 @@
+//! The file layer's promises, each against an entry planted where it writes.
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use ferry_fs::{Dir, Meta};
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "ferry-fs-{tag}-{}-{:x}",
+        std::process::id(),
+        rand_u64()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(0u8)
+}
+
+fn victim(dir: &Path) -> PathBuf {
+    let v = dir.join("victim");
+    std::fs::write(&v, b"keep").unwrap();
+    std::fs::set_permissions(&v, std::fs::Permissions::from_mode(0o600)).unwrap();
+    v
+}
+
+fn kept(v: &Path) {
+    assert_eq!(std::fs::read(v).unwrap(), b"keep");
+    assert_eq!(std::fs::metadata(v).unwrap().mode() & 0o7777, 0o600);
+}
+
+#[test]
+fn a_symlink_where_a_file_goes_is_replaced() {
+    let d = scratch("file");
+    let v = victim(&d);
+    let t = d.join("t");
+    std::fs::create_dir(&t).unwrap();
+    std::os::unix::fs::symlink(&v, t.join("f")).unwrap();
+    let dir = Dir::open_root(&t).unwrap();
+    dir.write_file(b"f", b"new", 0o644, None).unwrap();
+    kept(&v);
+    let m = std::fs::symlink_metadata(t.join("f")).unwrap();
+    assert!(m.is_file() && m.mode() & 0o7777 == 0o644);
+    // Append-style: reading through a planted link is refused.
+    std::fs::remove_file(t.join("f")).unwrap();
+    std::os::unix::fs::symlink(&v, t.join("f")).unwrap();
+    assert!(dir.read_file(b"f", 1 << 20).is_err());
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_symlink_where_a_directory_goes_is_replaced_and_never_entered() {
+    let d = scratch("dir");
+    let v = victim(&d);
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let t = d.join("t");
+    std::fs::create_dir(&t).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, t.join("sub")).unwrap();
+    let root = Dir::open_root(&t).unwrap();
+    assert!(root.open_dir(b"sub").is_err(), "opened through a link");
+    assert!(root.open_path(Path::new("sub")).is_err());
+    let (sub, made) = root.make_dir(b"sub", true, false).unwrap();
+    assert!(made);
+    let m = std::fs::symlink_metadata(t.join("sub")).unwrap();
+    assert!(m.is_dir() && m.mode() & 0o7777 == 0o700, "{:o}", m.mode());
+    sub.write_file(b"x", b"in sub", 0o600, None).unwrap();
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    kept(&v);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn temp_files_are_private_and_bad_names_refused() {
+    let d = scratch("temp");
+    let root = Dir::open_root(&d).unwrap();
+    let t = root.create_temp().unwrap();
+    let m = t.file.metadata().unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o600);
+    // Replaced under its name: not opened again.
+    let name = std::ffi::OsStr::from_bytes(t.name.to_bytes());
+    std::fs::remove_file(d.join(name)).unwrap();
+    std::fs::write(d.join(name), b"planted").unwrap();
+    assert!(root.open_temp(&t.name, t.id).is_err());
+    for bad in [&b".."[..], b"a/b", b"", b"."] {
+        assert!(root.write_file(bad, b"x", 0o600, None).is_err(), "{bad:?}");
+        assert!(root.make_dir(bad, true, false).is_err(), "{bad:?}");
+    }
+    let m = Meta {
+        mode: 0o640,
+        mtime_ns: 1_000_000_123,
+        ..Meta::default()
+    };
+    let t = root.create_temp().unwrap();
+    root.finish(&t, b"done", &m, false).unwrap();
+    let md = std::fs::metadata(d.join("done")).unwrap();
+    assert_eq!(
+        (md.mode() & 0o7777, md.mtime(), md.mtime_nsec()),
+        (0o640, 1, 123)
+    );
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_directory_others_may_write_is_not_private() {
+    let d = scratch("private");
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(Dir::open_root(&d).unwrap().check_private(&d).is_err());
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    Dir::open_root(&d).unwrap().check_private(&d).unwrap();
+    std::fs::remove_dir_all(d).unwrap();
+}

@@ -1,0 +1,361 @@
+//! Attacks on a restore, each by one of the parties docs/security.md distrusts, with the
+//! real binary run as root: nothing outside the target changes (the surrounding tree is
+//! surveyed before and after), no file is readable by another user while the restore runs
+//! (a reader polls as `nobody`), names a snapshot should never hold are refused, and links
+//! planted in the target are replaced, never followed.
+
+mod repokit;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ferry_repo::archiver::{Archiver, Quiet};
+use ferry_repo::blob::Trees;
+use ferry_repo::Repo as Repository;
+use ferry_store::local::LocalStore;
+use ferry_transfer::{Engine, EngineConfig};
+use repokit::{assert_same_tree, scratch, stderr, Repo};
+
+/// Root, which these attacks need (a restore that sets owners, a reader of another uid).
+/// Under CI a missing root is a failure, elsewhere a loud skip.
+fn root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "tests/security.rs needs root under CI"
+    );
+    eprintln!("SKIPPED: tests/security.rs needs root");
+    false
+}
+
+/// What `dir` holds, every entry with kind, mode, owner, size, content hash and link target,
+/// leaving out the subtrees named in `skip`.
+fn survey(dir: &Path, skip: &[&Path]) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    fn walk(p: &Path, skip: &[&Path], out: &mut BTreeMap<PathBuf, String>) {
+        if skip.contains(&p) {
+            return;
+        }
+        let m = std::fs::symlink_metadata(p).unwrap();
+        let what = if m.file_type().is_symlink() {
+            format!("link {:?}", std::fs::read_link(p).unwrap())
+        } else if m.is_file() {
+            format!("file {}", blake3::hash(&std::fs::read(p).unwrap()))
+        } else {
+            "dir".to_string()
+        };
+        out.insert(
+            p.to_path_buf(),
+            format!("{what} {:o} {}:{} {}", m.mode(), m.uid(), m.gid(), m.len()),
+        );
+        if m.is_dir() {
+            for e in std::fs::read_dir(p).unwrap() {
+                walk(&e.unwrap().path(), skip, out);
+            }
+        }
+    }
+    walk(dir, skip, &mut out);
+    out
+}
+
+/// Root-only files and a directory outside the target, for planted links to point at.
+fn victims(dir: &Path) -> PathBuf {
+    let out = dir.join("outside");
+    std::fs::create_dir_all(out.join("dir")).unwrap();
+    for v in ["a", "big", "temp", "f"] {
+        let p = out.join(v);
+        std::fs::write(&p, b"ROOT ONLY\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    out
+}
+
+fn symlink(to: &Path, at: &Path) {
+    std::os::unix::fs::symlink(to, at).unwrap();
+}
+
+/// A source owned by a backed-up user (uid 1234): a small file, a directory, a file of
+/// several chunks, and a symlink to a root-only file.
+fn user_source(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("a"), b"user data\n").unwrap();
+    std::fs::write(src.join("d/f"), b"in d\n").unwrap();
+    std::fs::write(src.join("big"), ferry_testkit::random_bytes(5 << 20, 3)).unwrap();
+    symlink(Path::new("/etc/shadow"), &src.join("lnk"));
+    for p in ["", "d", "a", "d/f", "big", "lnk"] {
+        std::os::unix::fs::lchown(src.join(p), Some(1234), Some(1234)).unwrap();
+    }
+    src
+}
+
+/// Regression, the review's first finding: a backed-up user's symlink named like the
+/// restore's temp file made a root restore overwrite a root-only file and chown it to that
+/// user. Links and files planted where the restore writes, at every depth, are replaced.
+#[test]
+fn links_planted_in_the_target_are_replaced_never_followed() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("sec-links");
+    let repo = Repo::local(&dir);
+    let src = user_source(&dir);
+    let outside = victims(&dir);
+    repo.ok(&["init"]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    let skip_repo = dir.join("repo");
+
+    // Planted beside and in place of every entry the restore makes.
+    let target = dir.join("t1");
+    let at = target.join(src.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&at).unwrap();
+    symlink(&outside.join("a"), &at.join("a"));
+    symlink(&outside.join("big"), &at.join("big"));
+    symlink(&outside.join("dir"), &at.join("d"));
+    symlink(&outside.join("temp"), &at.join(".a.ferry-restore"));
+    symlink(&outside.join("temp"), &at.join(".big.ferry-restore"));
+    std::fs::write(at.join("lnk"), b"a file where the link goes").unwrap();
+    let before = survey(&dir, &[&target, &skip_repo]);
+    let out = repo.run(
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        survey(&dir, &[&target, &skip_repo]),
+        before,
+        "outside changed"
+    );
+    for n in ["a", "big", "d", "d/f", "lnk"] {
+        assert_eq!(
+            std::fs::symlink_metadata(src.join(n)).unwrap().file_type(),
+            std::fs::symlink_metadata(at.join(n)).unwrap().file_type(),
+            "{n}"
+        );
+    }
+    assert!(ferry_testkit::same_file(&src.join("big"), &at.join("big")));
+    assert_eq!(
+        std::fs::read_link(at.join("lnk")).unwrap(),
+        Path::new("/etc/shadow")
+    );
+
+    // A symlink as the first component under the target.
+    let target = dir.join("t2");
+    std::fs::create_dir_all(&target).unwrap();
+    let first = src.strip_prefix("/").unwrap().components().next().unwrap();
+    symlink(&outside.join("dir"), &target.join(first));
+    let out = repo.run(
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(survey(&dir, &[&dir.join("t1"), &target, &skip_repo]), {
+        let mut b = before.clone();
+        b.retain(|p, _| !p.starts_with(dir.join("t1")));
+        b
+    });
+    let at = target.join(src.strip_prefix("/").unwrap());
+    assert_same_tree(&src, &at);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A password holder writes a snapshot whose names climb out of the target or hold a
+/// slash: each is refused with its path, the rest restored, and check calls it damage.
+#[test]
+fn hostile_names_are_refused_and_the_rest_restored() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("sec-names");
+    let repo = Repo::local(&dir);
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("good"), b"good\n").unwrap();
+    repo.ok(&["init"]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    let hostile = [
+        ("..", false),
+        ("../escaped", false),
+        ("x/y", false),
+        ("", false),
+        (".", false),
+        (&hex_of("../hex-escaped"), true),
+    ];
+    forge(&dir.join("repo"), |nodes| {
+        // The snapshot's root is "/"; down to src's node, then its files.
+        let good = nodes[0].clone();
+        for (name, is_hex) in hostile {
+            let mut n = good.clone();
+            n.name = name.to_string();
+            n.name_hex = is_hex;
+            nodes.push(n);
+        }
+    });
+    let before = survey(&dir, &[&dir.join("repo")]);
+    let target = dir.join("target");
+    let out = repo.run(
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+        &[],
+    );
+    assert!(
+        !out.status.success(),
+        "a restore with refused entries succeeded"
+    );
+    let err = stderr(&out);
+    assert_eq!(err.matches("refused").count(), hostile.len(), "{err}");
+    assert!(!dir.join("escaped").exists() && !dir.join("hex-escaped").exists());
+    assert_eq!(survey(&dir, &[&dir.join("repo"), &target]), {
+        let mut b = before.clone();
+        b.retain(|p, _| !p.starts_with(&target));
+        b
+    });
+    // The good entry (the snapshot's first) came back.
+    let restored = survey(&target, &[]);
+    assert!(restored.keys().any(|p| p.ends_with("good")), "{restored:?}");
+
+    let out = repo.run(&["check"], &[]);
+    assert!(!out.status.success(), "check called hostile names healthy");
+    assert!(
+        stderr(&out).contains("a restore refuses it"),
+        "{}",
+        stderr(&out)
+    );
+
+    // And backup never writes such a name.
+    for name in ["../x", "a/b", "..", ""] {
+        let out = repo.run(&["backup", "--stdin", "--name", name], &[]);
+        assert!(!out.status.success(), "--name {name:?} accepted");
+        assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn hex_of(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes a new snapshot whose root tree is the latest one's after `edit`: what a holder of
+/// the password can do, through the library as any other program would.
+fn forge(repo_dir: &Path, edit: impl FnOnce(&mut Vec<ferry_repo::tree::Node>)) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let key = repo_dir.to_str().unwrap().trim_start_matches('/');
+        let engine = Engine::new(EngineConfig::default());
+        let store = Arc::new(LocalStore::new("/"));
+        let repo = Arc::new(
+            Repository::open(store, key, engine, b"correct horse", None)
+                .await
+                .unwrap(),
+        );
+        let (index, _, _) = repo.load_index().await.unwrap();
+        let index = Arc::new(index);
+        let snaps = ferry_repo::checker::snapshots(&repo, &mut Vec::new())
+            .await
+            .unwrap();
+        let root = Trees::default()
+            .get(&repo, &index, &snaps.last().unwrap().1.tree)
+            .await
+            .unwrap();
+        // Down the single-child directories to the backed-up directory's listing.
+        let mut tree = root;
+        while tree.nodes.len() == 1 && tree.nodes[0].subtree.is_some() {
+            let sub = tree.nodes[0].subtree.unwrap();
+            tree = Trees::default().get(&repo, &index, &sub).await.unwrap();
+        }
+        let mut nodes = tree.nodes;
+        edit(&mut nodes);
+        let arch = Archiver::new(repo.clone(), index, Trees::default(), Arc::new(Quiet));
+        let root = arch.save_tree(nodes).await.unwrap();
+        arch.commit(root, vec!["/forged".into()], None, Vec::new(), None)
+            .await
+            .unwrap();
+    });
+}
+
+/// A local user polls every file under the target while a root restore runs: a 0600 file,
+/// and 0644 files in a 0700 directory, none of which that user could read at the source,
+/// must never be readable, not even under a temp name.
+#[test]
+fn no_file_is_readable_by_another_user_during_a_restore() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("sec-read");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let repo = Repo::local(&dir);
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("private")).unwrap();
+    for i in 0..1500 {
+        let body = format!("SECRET {i}\n").repeat(1 + i % 50);
+        let (p, mode) = if i % 2 == 0 {
+            (src.join(format!("s{i}")), 0o600)
+        } else {
+            (src.join(format!("private/p{i}")), 0o644)
+        };
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let mut big = b"SECRET big\n".repeat(1000);
+    big.extend(ferry_testkit::random_bytes(6 << 20, 9));
+    std::fs::write(src.join("big"), &big).unwrap();
+    std::fs::set_permissions(src.join("big"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(src.join("private"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o755)).unwrap();
+    repo.ok(&["init"]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+
+    // The target exists and anyone may enter it, as a shared restore directory would.
+    let target = dir.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let stop = dir.join("stop");
+    let script = format!(
+        "n=0; while [ ! -e {stop} ]; do find {t} -type f -exec cat {{}} + 2>/dev/null; \
+         n=$((n+1)); done; echo polls=$n >&2",
+        stop = stop.display(),
+        t = target.display()
+    );
+    let reader = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv (util-linux)");
+    for _ in 0..3 {
+        std::fs::remove_dir_all(&target).unwrap();
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = repo.run(
+            &["restore", "latest", "--target", target.to_str().unwrap()],
+            &[],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    std::fs::write(&stop, b"").unwrap();
+    let seen = reader.wait_with_output().unwrap();
+    let polls = String::from_utf8_lossy(&seen.stderr).into_owned();
+    assert!(polls.contains("polls="), "the reader did not run: {polls}");
+    // Not a byte: every file is 0600 or in a 0700 directory at the source (even the zeros
+    // of a file sized before its blobs arrive are no one else's to read).
+    let read = &seen.stdout;
+    assert!(
+        read.is_empty(),
+        "another user read {} bytes of restored files ({} of them secrets; {polls})",
+        read.len(),
+        String::from_utf8_lossy(read).matches("SECRET").count()
+    );
+    assert_same_tree(&src, &target.join(src.strip_prefix("/").unwrap()));
+    std::fs::remove_dir_all(dir).unwrap();
+}
