@@ -359,3 +359,67 @@ fn no_file_is_readable_by_another_user_during_a_restore() {
     assert_same_tree(&src, &target.join(src.strip_prefix("/").unwrap()));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `wal-fetch` writes where PostgreSQL asked: a link planted there is replaced, never
+/// followed. A spool others may write to, or another user's, is refused with one line.
+#[test]
+fn wal_fetch_replaces_a_planted_link_and_a_shared_spool_is_refused() {
+    let dir = scratch("sec-wal");
+    let repo = Repo::local(&dir);
+    let home = dir.join("home");
+    let env = [
+        ("HOME", home.to_str().unwrap()),
+        ("XDG_STATE_HOME", home.to_str().unwrap()),
+        ("FERRY_WAL_PREFETCH", "0"),
+    ];
+    let pg_wal = dir.join("pgdata/pg_wal");
+    std::fs::create_dir_all(&pg_wal).unwrap();
+    let hist = pg_wal.join("00000002.history");
+    std::fs::write(&hist, b"1\t0/3000000\tno recovery target specified\n").unwrap();
+    repo.ok(&["init"]);
+    let push = |extra: &[&str]| {
+        let mut args = vec!["wal-push"];
+        args.extend_from_slice(extra);
+        args.push(hist.to_str().unwrap());
+        repo.run(&args, &env)
+    };
+    let out = push(&["--async", "false"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let dest = pg_wal.join("RECOVERYXLOG");
+    symlink(&victim, &dest);
+    let out = repo.run(
+        &["wal-fetch", "00000002.history", dest.to_str().unwrap()],
+        &env,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    assert!(std::fs::symlink_metadata(&dest).unwrap().is_file());
+    assert_eq!(std::fs::read(&dest).unwrap(), std::fs::read(&hist).unwrap());
+
+    let shared = dir.join("shared-spool");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = push(&["--spool", shared.to_str().unwrap()]);
+    assert!(!out.status.success(), "a world-writable spool was used");
+    assert!(
+        stderr(&out).contains("may be written by others"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    if root() {
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&shared, Some(65534), Some(65534)).unwrap();
+        let out = push(&["--spool", shared.to_str().unwrap()]);
+        assert!(!out.status.success(), "another user's spool was used");
+        assert!(
+            stderr(&out).contains("not by this user"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
