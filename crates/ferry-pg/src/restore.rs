@@ -162,11 +162,15 @@ impl Conf {
     /// Appends `body` to the regular file `name` (made when missing), by writing the whole
     /// new file and renaming it over the old one.
     fn append(&self, name: &str, body: &str) -> Result<()> {
-        let mut all = self
-            .dir
-            .read_file(name.as_bytes(), MAX_CONF)
-            .map_err(Self::io(name))?
-            .unwrap_or_default();
+        let mut all = match self.dir.read_file(name.as_bytes(), MAX_CONF) {
+            Ok(body) => body.unwrap_or_default(),
+            // A link or a device where the file belongs: it is replaced, never followed.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                tracing::warn!("{name} in the backup is not a regular file ({e}): replaced");
+                Vec::new()
+            }
+            Err(e) => return Err(Self::io(name)(e)),
+        };
         all.extend_from_slice(body.as_bytes());
         self.write(name, &all)
     }
@@ -208,7 +212,7 @@ pub async fn restore(
             Arc::new(index),
             &snap,
             &opts.to,
-            &[],
+            &ferry_repo::restorer::Options::default(),
             progress,
         )
         .await?;

@@ -61,8 +61,17 @@ impl Cache {
     /// named by a hash of the URL. `None` when it cannot be made.
     pub fn new(base: &Path, url: &str) -> Option<Cache> {
         let dir = base.join(&blake3::hash(url.as_bytes()).to_hex()[..32]);
+        // Private: it holds the key file, open to offline guessing. A directory someone else
+        // owns or may write to is not used (they could plant links where copies go).
+        let root = ferry_fs::Dir::create_root(&dir).ok()?;
+        if let Err(e) = root.check_private(&dir) {
+            tracing::warn!("no metadata cache: {e}");
+            return None;
+        }
+        root.set_mode(0o700, None).ok()?;
         for kind in KINDS {
-            fs::create_dir_all(dir.join(kind)).ok()?;
+            let (d, _) = root.make_dir(kind.as_bytes(), false, false).ok()?;
+            d.check_private(&dir.join(kind)).ok()?;
         }
         // Says, to whoever finds the directory, what it is and that it may go. Written on
         // every use: its mtime says when the cache was last used.

@@ -150,6 +150,12 @@ pub struct KeyFile {
 /// Argon2id cost: 64 MiB and 3 passes, about 0.2 s here, per RFC 9106's second choice.
 const M_COST: u32 = 64 * 1024;
 const T_COST: u32 = 3;
+/// The most a key file read from the store may ask for: 1 GiB, 10 passes, 8 lanes. Whoever
+/// can write the store can write a key file; without a cap it could make every open
+/// allocate and compute without bound.
+const MAX_M_COST: u32 = 1 << 20;
+const MAX_T_COST: u32 = 10;
+const MAX_P_COST: u32 = 8;
 
 fn derive(password: &[u8], salt: &[u8], m: u32, t: u32, p: u32) -> Result<[u8; 32]> {
     let params =
@@ -189,6 +195,12 @@ impl KeyFile {
         if self.kdf != "argon2id" {
             return Err(bad("kdf"));
         }
+        if self.m_cost > MAX_M_COST || self.t_cost > MAX_T_COST || self.p_cost > MAX_P_COST {
+            return Err(Error::Invalid(format!(
+                "key file: Argon2 cost above ferry's limits (m={} KiB, t={}, p={}): refused",
+                self.m_cost, self.t_cost, self.p_cost
+            )));
+        }
         let salt = hex::decode(&self.salt).map_err(|_| bad("salt"))?;
         let wrapped = hex::decode(&self.wrapped).map_err(|_| bad("wrapped key"))?;
         let kek = derive(password, &salt, self.m_cost, self.t_cost, self.p_cost)?;
@@ -217,6 +229,21 @@ mod tests {
         let back = f.unwrap(b"secret").unwrap().expect("opens");
         assert_eq!(back.blob_id(b"x"), k.blob_id(b"x"));
         assert!(f.unwrap(b"wrong").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_key_file_asking_for_unbounded_work_is_refused() {
+        let f = KeyFile::wrap(&MasterKey::generate(), b"secret").unwrap();
+        for (m, t, p) in [(u32::MAX, 3, 1), (M_COST, 1 << 20, 1), (M_COST, 3, 255)] {
+            let g = KeyFile {
+                m_cost: m,
+                t_cost: t,
+                p_cost: p,
+                ..f.clone()
+            };
+            let e = g.unwrap(b"secret").unwrap_err();
+            assert!(e.to_string().contains("above ferry's limits"), "{e}");
+        }
     }
 
     #[test]

@@ -49,6 +49,25 @@ pub struct Restored {
     pub errors: Vec<String>,
 }
 
+/// What to restore, and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Only these paths of the snapshot (absolute, as backed up); all when empty.
+    pub include: Vec<PathBuf>,
+    /// Devices, FIFOs, setuid/setgid bits and file capabilities as stored (`false`:
+    /// `--no-special` leaves them out).
+    pub special: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            include: Vec::new(),
+            special: true,
+        }
+    }
+}
+
 struct Item {
     rel: PathBuf,
     /// The entry's name in its directory, checked.
@@ -195,6 +214,8 @@ struct Writer {
     places: Arc<Places>,
     /// Whether to set owners: only root may.
     owner: bool,
+    /// Whether to restore special files and bits.
+    special: bool,
     progress: Arc<dyn crate::archiver::BackupProgress>,
 }
 
@@ -227,7 +248,14 @@ impl Writer {
                             continue;
                         };
                         if self.whole[item] {
-                            match write_whole(dir, &it.name, &it.node, plain, self.owner) {
+                            match write_whole(
+                                dir,
+                                &it.name,
+                                &it.node,
+                                plain,
+                                self.owner,
+                                self.special,
+                            ) {
                                 Ok(()) => {}
                                 Err(Failed::Content(e)) => w.bad.push((item, e.to_string())),
                                 Err(Failed::Meta(e)) => w
@@ -269,17 +297,19 @@ impl Writer {
     }
 }
 
-/// Restores `snap` (the parts under `include`, absolute paths as backed up) into `target`.
-/// Entries the snapshot names badly are refused, each reported; the rest is restored.
+/// Restores `snap` into `target` as `opts` say. Entries the snapshot names badly are
+/// refused, each reported; the rest is restored.
 pub async fn restore(
     repo: Arc<Repo>,
     index: Arc<Index>,
     snap: &Snapshot,
     target: &Path,
-    include: &[PathBuf],
+    opts: &Options,
     progress: Arc<dyn crate::archiver::BackupProgress>,
 ) -> Result<Restored> {
-    let include: Vec<PathBuf> = include
+    let special = opts.special;
+    let include: Vec<PathBuf> = opts
+        .include
         .iter()
         .map(|p| p.strip_prefix("/").unwrap_or(p).to_path_buf())
         .collect();
@@ -424,6 +454,7 @@ pub async fn restore(
         whole,
         places: places.clone(),
         owner,
+        special,
         progress: progress.clone(),
     });
     // Decrypting, decompressing and writing is CPU work: one read at a time per core. More
@@ -488,7 +519,7 @@ pub async fn restore(
             .ok_or((i, format!("/{}: {NO_PARENT}", it.rel.display())))?;
         let (name, id) = pl.temps[i].get().expect("made, or damaged");
         let file = dir.open_temp(name, *id).map_err(fail)?;
-        let meta = ferry_fs::set_meta(&file, &meta(&it.node), owner);
+        let meta = ferry_fs::set_meta(&file, &meta(&it.node, special), owner);
         dir.rename(name, &it.name).map_err(|e| {
             let _ = dir.remove(name);
             fail(e)
@@ -502,7 +533,7 @@ pub async fn restore(
         let i = others[k];
         let it = &its[i];
         let dir = pl.parent(&its, i).ok_or((i, NO_PARENT.to_string()))?;
-        make_other(dir, &it.name, &it.node, owner).map_err(|e| (i, e.to_string()))
+        make_other(dir, &it.name, &it.node, owner, special).map_err(|e| (i, e.to_string()))
     })
     .await?;
     for (i, e) in made {
@@ -527,7 +558,7 @@ pub async fn restore(
     // final mode may let others in.
     for (i, it) in items.iter().enumerate().rev() {
         if let Some(d) = &places.dirs[i] {
-            if let Err(e) = d.set_meta(&meta(&it.node), owner) {
+            if let Err(e) = d.set_meta(&meta(&it.node, special), owner) {
                 out.errors
                     .push(format!("/{}: metadata: {e}", it.rel.display()));
             }

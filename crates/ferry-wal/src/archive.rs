@@ -9,7 +9,6 @@ use ferry_store::{Error, ObjectInfo, Result};
 use ferry_transfer::{Class, Engine, NoProgress, SharedStore};
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
-use tracing::warn;
 
 use crate::envelope::{self, Cipher, Header, WalKey, HEADER_LEN};
 use crate::name::{Kind, WalName};
@@ -308,9 +307,7 @@ impl Archive {
         })
         .await
         .map_err(|e| Error::Permanent(format!("decompress: {e}")))??;
-        if self.key.is_some() && header.cipher == Cipher::None {
-            warn!("{name} is stored unencrypted (archived before the repository was encrypted)");
-        }
+        debug_assert!(self.key.is_none() || header.cipher != Cipher::None);
         Ok(data)
     }
 

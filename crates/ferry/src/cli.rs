@@ -245,6 +245,10 @@ pub struct RestoreArgs {
     pub target: PathBuf,
     /// Only these paths of the snapshot.
     pub paths: Vec<PathBuf>,
+    /// Leave out devices, FIFOs, setuid/setgid bits and file capabilities (a root restore
+    /// otherwise recreates them as stored).
+    #[arg(long)]
+    pub no_special: bool,
 }
 
 /// `ferry check`.

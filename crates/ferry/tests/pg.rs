@@ -454,3 +454,44 @@ fn backup_and_restore_through_minio() {
     assert_eq!(ids(&pg), "1,2");
     assert_eq!(pg.sql("select count(*) > 0 from t"), "t");
 }
+
+/// The cluster's owner controls PGDATA: a postgresql.auto.conf turned into a link to a
+/// root-only file outside it is backed up as a link. A root `pg restore` replaces that link
+/// with the file it writes, and never appends to or chowns what it pointed at; the data
+/// directory is never readable by others while the restore runs (made 0700 first).
+#[test]
+fn pg_restore_replaces_links_planted_in_pgdata() {
+    let Some(rig) = rig() else { return };
+    insert(&rig, 1);
+    let victim = rig.pg.dir().join("victim");
+    std::fs::write(&victim, b"root only\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let auto = rig.pg.data_dir().join("postgresql.auto.conf");
+    std::fs::remove_file(&auto).unwrap();
+    std::os::unix::fs::symlink(&victim, &auto).unwrap();
+    let planted = rig.pg.data_dir().join("recovery.signal");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    backup(&rig, &[]);
+    std::fs::remove_file(&planted).unwrap();
+    let (out, to) = restore(&rig, "restored-links", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root only\n");
+    let m = std::fs::symlink_metadata(&victim).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (m.uid(), m.mode() & 0o7777),
+        (0, 0o600),
+        "victim chowned or chmodded"
+    );
+    for f in ["postgresql.auto.conf", "recovery.signal"] {
+        let m = std::fs::symlink_metadata(to.join(f)).unwrap();
+        assert!(m.is_file(), "{f} is still a link");
+        assert_eq!(m.mode() & 0o077, 0, "{f} readable by others");
+    }
+    let conf = std::fs::read_to_string(to.join("postgresql.auto.conf")).unwrap();
+    assert!(conf.contains("restore_command"), "{conf}");
+    // And the restored cluster recovers.
+    let pg = start_restored(&rig, &to);
+    pg.wait_recovery_done(T).unwrap();
+    assert_eq!(ids(&pg), "1");
+}

@@ -423,3 +423,44 @@ fn wal_fetch_replaces_a_planted_link_and_a_shared_spool_is_refused() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A root restore recreates setuid files and FIFOs as stored; `--no-special` leaves the
+/// setuid bit and the FIFO out.
+#[test]
+fn no_special_leaves_out_setuid_bits_and_special_files() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("sec-special");
+    let repo = Repo::local(&dir);
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("suid"), b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(src.join("suid"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let fifo = std::ffi::CString::new(src.join("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    repo.ok(&["init"]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    let mode = |t: &Path| {
+        let at = t.join(src.strip_prefix("/").unwrap());
+        let fifo = std::fs::symlink_metadata(at.join("fifo")).ok();
+        (
+            std::fs::metadata(at.join("suid")).unwrap().mode() & 0o7777,
+            fifo.map(|m| m.mode() & libc::S_IFMT),
+        )
+    };
+    let all = dir.join("all");
+    repo.ok(&["restore", "latest", "--target", all.to_str().unwrap()]);
+    assert_eq!(mode(&all), (0o4755, Some(libc::S_IFIFO)));
+    let plain = dir.join("plain");
+    repo.ok(&[
+        "restore",
+        "latest",
+        "--no-special",
+        "--target",
+        plain.to_str().unwrap(),
+    ]);
+    assert_eq!(mode(&plain), (0o755, None));
+    std::fs::remove_dir_all(dir).unwrap();
+}

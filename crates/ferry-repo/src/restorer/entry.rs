@@ -7,20 +7,25 @@ use ferry_fs::{Dir, Meta, Special, Temp};
 
 use crate::tree::{Node, NodeKind};
 
-/// The metadata `n` records, as the file layer sets it.
-pub(super) fn meta(n: &Node) -> Meta {
+/// The xattr that grants a file capabilities when executed.
+const CAPABILITY: &[u8] = b"security.capability";
+
+/// The metadata `n` records, as the file layer sets it. Without `special`, setuid and
+/// setgid bits and file capabilities are left out.
+pub(super) fn meta(n: &Node, special: bool) -> Meta {
     let xattrs = if n.kind == NodeKind::Symlink {
         Vec::new()
     } else {
         n.xattrs
             .iter()
             .filter_map(|(k, v)| Some((hex::decode(k).ok()?, hex::decode(v).ok()?)))
+            .filter(|(k, _)| special || k != CAPABILITY)
             .collect()
     };
     Meta {
         uid: n.uid,
         gid: n.gid,
-        mode: n.mode,
+        mode: if special { n.mode } else { n.mode & !0o6000 },
         mtime_ns: n.mtime,
         xattrs,
     }
@@ -28,8 +33,14 @@ pub(super) fn meta(n: &Node) -> Meta {
 
 /// Makes the symlink or special file `n` as `name` in `dir`, with its metadata. Special
 /// files only when `special`: devices and pipes are left out otherwise.
-pub(super) fn make_other(dir: &Dir, name: &[u8], n: &Node, owner: bool) -> std::io::Result<()> {
-    let m = meta(n);
+pub(super) fn make_other(
+    dir: &Dir,
+    name: &[u8],
+    n: &Node,
+    owner: bool,
+    special: bool,
+) -> std::io::Result<()> {
+    let m = meta(n, special);
     let kind = match n.kind {
         NodeKind::Symlink => {
             let t = hex::decode(n.target.as_deref().unwrap_or_default()).map_err(|_| {
@@ -42,6 +53,9 @@ pub(super) fn make_other(dir: &Dir, name: &[u8], n: &Node, owner: bool) -> std::
         NodeKind::Blockdev => Special::Blockdev,
         NodeKind::File | NodeKind::Dir | NodeKind::Socket => return Ok(()),
     };
+    if !special {
+        return Ok(());
+    }
     dir.special(name, kind, n.rdev.unwrap_or(0), &m, owner)
 }
 
@@ -71,6 +85,7 @@ pub(super) fn write_whole(
     n: &Node,
     plain: &[u8],
     owner: bool,
+    special: bool,
 ) -> std::result::Result<(), Failed> {
     let t = dir.create_temp().map_err(Failed::Content)?;
     // All zeros: a hole, so that sparse files come back sparse.
@@ -85,7 +100,7 @@ pub(super) fn write_whole(
     }
     // Metadata before the name: nobody sees the file before its mode is final. A file whose
     // metadata cannot be set still takes its name, and is reported.
-    let meta = ferry_fs::set_meta(&t.file, &meta(n), owner);
+    let meta = ferry_fs::set_meta(&t.file, &meta(n, special), owner);
     dir.rename(&t.name, name).map_err(|e| {
         let _ = dir.remove(&t.name);
         Failed::Content(e)

@@ -336,12 +336,16 @@ pub async fn restore(
     let progress = BarProgress::new(out);
     progress.bar.add_total(snap.summary.total_bytes);
     // Shared lock: a prune must not delete packs while they are read.
+    let opts = ferry_repo::restorer::Options {
+        include: args.paths.clone(),
+        special: !args.no_special,
+    };
     let work = ferry_repo::restorer::restore(
         repo.clone(),
         Arc::new(index),
         &snap,
         &args.target,
-        &args.paths,
+        &opts,
         progress.clone(),
     );
     let done = locked(&repo, work).await?;

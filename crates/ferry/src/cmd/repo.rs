@@ -77,6 +77,12 @@ pub async fn init(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output
     if place.loc.is_remote() {
         // A bucket that does not exist yet is created; one that exists is fine.
         let _ = place.store.create_root().await;
+    } else {
+        // A local repository is its owner's alone: its key files can be attacked offline.
+        let dir = std::path::Path::new("/").join(&place.key);
+        ferry_fs::Dir::create_root(&dir)
+            .and_then(|d| d.set_mode(0o700, None))
+            .with_context(|| format!("repository directory {}", dir.display()))?;
     }
     let repo = Repo::init(place.store, &place.key, engine.clone(), &pw).await?;
     if out.json {

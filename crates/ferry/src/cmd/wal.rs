@@ -48,10 +48,9 @@ struct Unlocked {
     password: Vec<u8>,
 }
 
-/// Opens the repository at `place` when there is one (its marker exists) and derives the WAL
-/// key; `None` when `--repo` is no repository (the archive is then plaintext). Costs the
-/// password's Argon2 (about 0.2 s of CPU), so each process does it at most once.
-async fn unlock(g: &Global, place: &Place, engine: &Engine) -> Result<Option<Unlocked>> {
+/// True when `place` is a ferry repository (its marker exists): its WAL archive is then
+/// encrypted, and a plaintext object in it is refused. One HEAD, no password.
+async fn is_repository(place: &Place, engine: &Engine) -> Result<bool> {
     let root = place.key.trim_matches('/');
     let marker = if root.is_empty() {
         REPO_MARKER.to_string()
@@ -64,9 +63,18 @@ async fn unlock(g: &Global, place: &Place, engine: &Engine) -> Result<Option<Unl
         })
         .await;
     match head {
-        Ok(_) => {}
-        Err(Error::NotFound(_)) => return Ok(None),
-        Err(e) => return Err(e.into()),
+        Ok(_) => Ok(true),
+        Err(Error::NotFound(_)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Opens the repository at `place` when there is one (its marker exists) and derives the WAL
+/// key; `None` when `--repo` is no repository (the archive is then plaintext). Costs the
+/// password's Argon2 (about 0.2 s of CPU), so each process does it at most once.
+async fn unlock(g: &Global, place: &Place, engine: &Engine) -> Result<Option<Unlocked>> {
+    if !is_repository(place, engine).await? {
+        return Ok(None);
     }
     let pw = password(g, false).context("the WAL archive is in an encrypted ferry repository")?;
     let repo = Repo::open(place.store.clone(), &place.key, engine.clone(), &pw, None).await?;
@@ -315,6 +323,11 @@ pub async fn fetch_cmd(
         }
         Ok(h) if h.cipher == Cipher::XChaCha20Poly1305 => {
             open_archive(g, stores, engine, wal.compress_level, true).await?
+        }
+        // Plaintext in a repository, whose archive is encrypted: planted (a downgrade).
+        Ok(_) if is_repository(&repo_place(stores)?, engine).await? => {
+            let what = format!("{}/wal/{}", plain.url(), name.key());
+            return Err(ferry_wal::envelope::downgraded(&what).into());
         }
         // Plaintext, or a damaged header the fetch below reports.
         Ok(_) | Err(Error::Checksum(_)) => plain,
