@@ -69,12 +69,18 @@ impl Default for Options {
 }
 
 struct Item {
+    /// Path below the target; its last component is the entry's checked name.
     rel: PathBuf,
-    /// The entry's name in its directory, checked.
-    name: Vec<u8>,
-    /// The directory's item; `None`: the target itself.
-    parent: Option<usize>,
+    /// The directory's item; `None`: the target itself. (u32: 100k items cost less.)
+    parent: Option<u32>,
     node: Node,
+}
+
+impl Item {
+    /// The entry's name in its directory, as checked by [`walk`].
+    fn name(&self) -> &[u8] {
+        self.rel.file_name().unwrap_or_default().as_encoded_bytes()
+    }
 }
 
 /// Every entry of the snapshot under `include` (all when empty), parents before children;
@@ -94,7 +100,7 @@ async fn walk(
     };
     let mut items = Vec::new();
     let mut refused = Vec::new();
-    let mut level: Vec<(PathBuf, Option<usize>, Id)> = vec![(PathBuf::new(), None, root)];
+    let mut level: Vec<(PathBuf, Option<u32>, Id)> = vec![(PathBuf::new(), None, root)];
     while !level.is_empty() {
         let trees: Vec<_> = futures::stream::iter(level)
             .map(
@@ -113,18 +119,19 @@ async fn walk(
                         continue;
                     }
                 };
-                let child = rel.join(OsString::from_vec(name.clone()));
+                let child = rel.join(OsString::from_vec(name));
                 if !wanted(&child) {
                     continue;
                 }
                 if node.kind == NodeKind::Dir {
                     if let Some(sub) = node.subtree {
-                        next.push((child.clone(), Some(items.len()), sub));
+                        let me = u32::try_from(items.len())
+                            .map_err(|_| Error::Invalid("more than 2^32 entries".into()))?;
+                        next.push((child.clone(), Some(me), sub));
                     }
                 }
                 items.push(Item {
                     rel: child,
-                    name,
                     parent,
                     node,
                 });
@@ -140,8 +147,9 @@ struct Places {
     root: Dir,
     /// A directory item's directory, once made.
     dirs: Vec<Option<Dir>>,
-    /// A file of several blobs: its temp name and (device, inode), once made.
-    temps: Vec<OnceLock<(CString, (u64, u64))>>,
+    /// A file of several blobs: its temp name and (device, inode), once made (boxed: most
+    /// items are not such files, and an empty slot then costs a pointer).
+    temps: Vec<OnceLock<Box<(CString, (u64, u64))>>>,
 }
 
 impl Places {
@@ -149,8 +157,13 @@ impl Places {
     fn parent(&self, items: &[Item], i: usize) -> Option<&Dir> {
         match items[i].parent {
             None => Some(&self.root),
-            Some(p) => self.dirs[p].as_ref(),
+            Some(p) => self.dirs[p as usize].as_ref(),
         }
+    }
+
+    /// Item `i`'s temp file: name and (device, inode).
+    fn temp(&self, i: usize) -> Option<&(CString, (u64, u64))> {
+        self.temps[i].get().map(|b| &**b)
     }
 }
 
@@ -250,7 +263,7 @@ impl Writer {
                         if self.whole[item] {
                             match write_whole(
                                 dir,
-                                &it.name,
+                                it.name(),
                                 &it.node,
                                 plain,
                                 self.owner,
@@ -268,7 +281,7 @@ impl Writer {
                             continue; // a hole, left by create
                         }
                         if open.as_ref().is_none_or(|(i, _)| *i != item) {
-                            let Some((name, id)) = self.places.temps[item].get() else {
+                            let Some((name, id)) = self.places.temp(item) else {
                                 w.bad.push((item, "its file was not made".into()));
                                 continue;
                             };
@@ -349,7 +362,9 @@ pub async fn restore(
             NodeKind::Dir => {
                 out.dirs += 1;
                 let made = match places.parent(&items, i) {
-                    Some(d) => d.make_dir(&it.name, true, owner).map_err(|e| e.to_string()),
+                    Some(d) => d
+                        .make_dir(it.name(), true, owner)
+                        .map_err(|e| e.to_string()),
                     None => Err(NO_PARENT.to_string()),
                 };
                 match made {
@@ -408,7 +423,7 @@ pub async fn restore(
         let i = make[k];
         let dir = pl.parent(&its, i).ok_or((i, NO_PARENT.to_string()))?;
         let t = create(dir, &its[i].node).map_err(|e| (i, e.to_string()))?;
-        let _ = pl.temps[i].set((t.name, t.id));
+        let _ = pl.temps[i].set(Box::new((t.name, t.id)));
         Ok(())
     })
     .await?;
@@ -498,8 +513,7 @@ pub async fn restore(
     let mut finish = Vec::new();
     for (i, it) in items.iter().enumerate() {
         if let Some(why) = damaged.get(&i) {
-            if let (Some(dir), Some((name, _))) = (places.parent(&items, i), places.temps[i].get())
-            {
+            if let (Some(dir), Some((name, _))) = (places.parent(&items, i), places.temp(i)) {
                 let _ = dir.remove(name);
             }
             out.errors.push(format!("/{}: {why}", it.rel.display()));
@@ -517,10 +531,10 @@ pub async fn restore(
         let dir = pl
             .parent(&its, i)
             .ok_or((i, format!("/{}: {NO_PARENT}", it.rel.display())))?;
-        let (name, id) = pl.temps[i].get().expect("made, or damaged");
+        let (name, id) = pl.temp(i).expect("made, or damaged");
         let file = dir.open_temp(name, *id).map_err(fail)?;
         let meta = ferry_fs::set_meta(&file, &meta(&it.node, special), owner);
-        dir.rename(name, &it.name).map_err(|e| {
+        dir.rename(name, it.name()).map_err(|e| {
             let _ = dir.remove(name);
             fail(e)
         })?;
@@ -533,7 +547,7 @@ pub async fn restore(
         let i = others[k];
         let it = &its[i];
         let dir = pl.parent(&its, i).ok_or((i, NO_PARENT.to_string()))?;
-        make_other(dir, &it.name, &it.node, owner, special).map_err(|e| (i, e.to_string()))
+        make_other(dir, it.name(), &it.node, owner, special).map_err(|e| (i, e.to_string()))
     })
     .await?;
     for (i, e) in made {
@@ -547,7 +561,7 @@ pub async fn restore(
             continue;
         }
         let linked = match (places.parent(&items, first), places.parent(&items, other)) {
-            (Some(from), Some(to)) => to.hard_link(from, &a.name, &b.name),
+            (Some(from), Some(to)) => to.hard_link(from, a.name(), b.name()),
             _ => Err(std::io::Error::other(NO_PARENT)),
         };
         if let Err(e) = linked {
