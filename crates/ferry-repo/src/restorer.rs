@@ -142,6 +142,9 @@ async fn walk(
     Ok((items, refused))
 }
 
+/// A temp file: its name, and its (device, inode).
+type TempName = (CString, (u64, u64));
+
 /// The directories a restore writes into, open, and the temp files it made in them.
 struct Places {
     root: Dir,
@@ -149,7 +152,7 @@ struct Places {
     dirs: Vec<Option<Dir>>,
     /// A file of several blobs: its temp name and (device, inode), once made (boxed: most
     /// items are not such files, and an empty slot then costs a pointer).
-    temps: Vec<OnceLock<Box<(CString, (u64, u64))>>>,
+    temps: Vec<OnceLock<Box<TempName>>>,
 }
 
 impl Places {
@@ -162,7 +165,7 @@ impl Places {
     }
 
     /// Item `i`'s temp file: name and (device, inode).
-    fn temp(&self, i: usize) -> Option<&(CString, (u64, u64))> {
+    fn temp(&self, i: usize) -> Option<&TempName> {
         self.temps[i].get().map(|b| &**b)
     }
 }

@@ -62,6 +62,12 @@ impl PushAgent {
                 info!("pg_wal is gone; agent exits");
                 break;
             }
+            // Without its spool no ack can be written: every push would be retried at once,
+            // forever (seen: an agent of a removed test cluster spinning a whole core).
+            if !self.spool.dir().join("out").is_dir() {
+                info!("the spool is gone; agent exits");
+                break;
+            }
             let queue = queued(&self.pg_wal)?;
             let mut waiting = false;
             for name in &queue {
