@@ -84,6 +84,19 @@ fn random_name() -> CString {
     CString::new(format!(".ferry-{n:032x}")).expect("no NUL")
 }
 
+/// Makes an entry under a fresh random name with `make`; a name already taken (by chance,
+/// or planted) is never reused: another is drawn.
+fn fresh(make: impl Fn(&CStr) -> io::Result<libc::c_int>) -> io::Result<CString> {
+    loop {
+        let temp = random_name();
+        match make(&temp) {
+            Ok(_) => return Ok(temp),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Access and modification times, both `mtime_ns`, as utimensat and futimens take them.
 fn times(mtime_ns: i64) -> [libc::timespec; 2] {
     let ts = libc::timespec {
@@ -466,15 +479,8 @@ impl Dir {
         let t =
             CString::new(target).map_err(|_| err(io::ErrorKind::InvalidInput, "NUL in link"))?;
         let fd = self.fd.as_raw_fd();
-        let temp = loop {
-            let temp = random_name();
-            // SAFETY: fd is open; both strings NUL-terminated.
-            match check(unsafe { libc::symlinkat(t.as_ptr(), fd, temp.as_ptr()) }) {
-                Ok(_) => break temp,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
-            }
-        };
+        // SAFETY: fd is open; both strings NUL-terminated.
+        let temp = fresh(|temp| check(unsafe { libc::symlinkat(t.as_ptr(), fd, temp.as_ptr()) }))?;
         let done = (|| {
             let flags = libc::AT_SYMLINK_NOFOLLOW;
             if owner {
@@ -508,17 +514,10 @@ impl Dir {
             Special::Blockdev => libc::S_IFBLK,
         };
         let fd = self.fd.as_raw_fd();
-        let temp = loop {
-            let temp = random_name();
+        let temp = fresh(|temp| {
             // SAFETY: fd is open, temp NUL-terminated; mknodat makes a node or fails.
-            match check(unsafe {
-                libc::mknodat(fd, temp.as_ptr(), fmt | 0o600, rdev as libc::dev_t)
-            }) {
-                Ok(_) => break temp,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
-            }
-        };
+            check(unsafe { libc::mknodat(fd, temp.as_ptr(), fmt | 0o600, rdev as libc::dev_t) })
+        })?;
         let done = (|| {
             let node = self.openat(&temp, libc::O_PATH)?;
             let st = stat_fd(node.as_raw_fd())?;
@@ -551,17 +550,10 @@ impl Dir {
     pub fn hard_link(&self, dir: &Dir, from: &[u8], name: &[u8]) -> io::Result<()> {
         let from = entry(from)?;
         let fd = self.fd.as_raw_fd();
-        let temp = loop {
-            let temp = random_name();
+        let temp = fresh(|temp| {
             // SAFETY: both descriptors open, both names NUL-terminated; flags 0: no follow.
-            match check(unsafe {
-                libc::linkat(dir.fd.as_raw_fd(), from.as_ptr(), fd, temp.as_ptr(), 0)
-            }) {
-                Ok(_) => break temp,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
-            }
-        };
+            check(unsafe { libc::linkat(dir.fd.as_raw_fd(), from.as_ptr(), fd, temp.as_ptr(), 0) })
+        })?;
         let done = self.rename(&temp, name);
         if done.is_err() {
             let _ = self.unlink(&temp);
