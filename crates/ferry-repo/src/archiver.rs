@@ -22,7 +22,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::crypto::{MasterKey, SEAL_ROOM};
+use crate::crypto::{Kind, MasterKey, SEAL_ROOM};
 use crate::id::Id;
 use crate::index::{self, Index};
 use crate::pack::{BlobKind, Entry, Packer};
@@ -86,7 +86,12 @@ fn compress_into(plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
 
 /// The sealed blob for `plain`: a flag byte saying whether zstd was used (only where it
 /// pays), then the bytes, sealed; handed to `f` while it lies in this thread's scratch.
-fn seal_blob<R>(key: &MasterKey, plain: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+fn seal_blob<R>(
+    key: &MasterKey,
+    kind: BlobKind,
+    plain: &[u8],
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R> {
     SCRATCH.with(|s| {
         let (packed, sealed) = &mut *s.borrow_mut();
         compress_into(plain, packed)?;
@@ -99,7 +104,7 @@ fn seal_blob<R>(key: &MasterKey, plain: &[u8], f: impl FnOnce(&[u8]) -> R) -> Re
             sealed.push(0);
             sealed.extend_from_slice(plain);
         }
-        key.seal_in_place(sealed);
+        key.seal_in_place(kind.sealed(), sealed);
         Ok(f(sealed))
     })
 }
@@ -274,7 +279,7 @@ impl Archiver {
         }
         // Waits while a full pack waits for an upload slot (see below).
         drop(self.closing.lock().expect("closing"));
-        let full = seal_blob(key, plain, |sealed| {
+        let full = seal_blob(key, kind, plain, |sealed| {
             let mut st = self.state.lock().expect("state");
             st.summary.blobs_new += 1;
             st.summary.bytes_new += plain.len() as u64;
@@ -336,7 +341,9 @@ impl Archiver {
                     }
                 };
                 if !flush.is_empty() {
-                    me.repo.save_file("index", &index::encode(&flush)).await?;
+                    me.repo
+                        .save_file(Kind::Index, &index::encode(&flush))
+                        .await?;
                 }
                 Ok(())
             },
@@ -855,7 +862,9 @@ impl Archiver {
         };
         self.writable().await?;
         if !rest.is_empty() {
-            self.repo.save_file("index", &index::encode(&rest)).await?;
+            self.repo
+                .save_file(Kind::Index, &index::encode(&rest))
+                .await?;
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -875,7 +884,7 @@ impl Archiver {
         let id = self
             .repo
             .save_file(
-                "snapshots",
+                Kind::Snapshot,
                 &serde_json::to_vec(&snapshot).expect("serializable"),
             )
             .await?;

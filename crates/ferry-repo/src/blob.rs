@@ -5,6 +5,7 @@ use ferry_store::{Error, Result};
 use crate::crypto::MasterKey;
 use crate::id::Id;
 use crate::index::Index;
+use crate::pack::BlobKind;
 use crate::repo::Repo;
 use crate::tree::Tree;
 
@@ -47,16 +48,23 @@ fn decompress_into(data: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
     }
 }
 
-/// The plaintext of a sealed blob, checked against `id`.
-pub fn open_blob(key: &MasterKey, sealed: &[u8], id: &Id, what: &str) -> Result<Vec<u8>> {
-    with_blob(key, sealed, id, what, <[u8]>::to_vec)
+/// The plaintext of a sealed blob of `kind`, checked against `id`.
+pub fn open_blob(
+    key: &MasterKey,
+    kind: BlobKind,
+    sealed: &[u8],
+    id: &Id,
+    what: &str,
+) -> Result<Vec<u8>> {
+    with_blob(key, kind, sealed, id, what, <[u8]>::to_vec)
 }
 
-/// Calls `f` with the plaintext of a sealed blob, checked against `id`. The plaintext lives
+/// Calls `f` with the plaintext of a sealed blob of `kind`, checked against `id`. The plaintext lives
 /// in reused buffers: a restore opens a blob per chunk, and fresh multi-MiB buffers cost a
 /// page fault and a zeroed page per 4 KiB.
 pub fn with_blob<R>(
     key: &MasterKey,
+    kind: BlobKind,
     sealed: &[u8],
     id: &Id,
     what: &str,
@@ -65,7 +73,7 @@ pub fn with_blob<R>(
     let mut body = ferry_store::buffer::with_capacity(sealed.len());
     let mut unpacked = Vec::new();
     let r = (|| {
-        key.open_into(sealed, &mut body, what)?;
+        key.open_into(kind.sealed(), sealed, &mut body, what)?;
         let plain = match body.split_first() {
             Some((0, rest)) => rest,
             Some((1, rest)) => {
@@ -101,8 +109,8 @@ pub async fn load_blob(repo: &Repo, index: &Index, id: &Id) -> Result<Vec<u8>> {
         .await?;
     let what = format!("blob {} in pack {}", id.short(), pack.short());
     let key = repo.key().clone();
-    let id = *id;
-    tokio::task::spawn_blocking(move || open_blob(&key, &sealed, &id, &what))
+    let (id, kind) = (*id, loc.kind);
+    tokio::task::spawn_blocking(move || open_blob(&key, kind, &sealed, &id, &what))
         .await
         .map_err(|e| Error::Permanent(e.to_string()))?
 }
@@ -148,7 +156,7 @@ async fn decode_trees(
                         let sealed = body
                             .get(s..s + len as usize)
                             .ok_or_else(|| Error::Checksum(format!("{what}: pack too short")))?;
-                        let plain = open_blob(&key, sealed, &id, &what)?;
+                        let plain = open_blob(&key, BlobKind::Tree, sealed, &id, &what)?;
                         let t: Tree = serde_json::from_slice(&plain)
                             .map_err(|e| Error::Checksum(format!("{what}: {e}")))?;
                         Ok((id, t))
@@ -189,7 +197,7 @@ impl Trees {
                 let entries = crate::pack::read_header(&body, repo.key(), &what).ok()?;
                 let blobs = entries
                     .iter()
-                    .filter(|e| e.kind == crate::pack::BlobKind::Tree)
+                    .filter(|e| e.kind == BlobKind::Tree)
                     .map(|e| (e.id, e.offset, e.len))
                     .collect();
                 decode_trees(repo, pack, body, 0, blobs).await.ok()
@@ -216,11 +224,11 @@ impl Trees {
         // Packs a prune repacked hold data beside trees: those are read by range, not whole.
         let mixed: std::collections::HashSet<u32> = index
             .iter()
-            .filter(|(_, l)| l.kind != crate::pack::BlobKind::Tree)
+            .filter(|(_, l)| l.kind != BlobKind::Tree)
             .map(|(_, l)| l.pack)
             .collect();
         for (id, loc) in index.iter() {
-            if loc.kind == crate::pack::BlobKind::Tree {
+            if loc.kind == BlobKind::Tree {
                 if !mixed.contains(&loc.pack) {
                     tree_packs.insert(index.pack(loc.pack));
                 }

@@ -11,7 +11,7 @@ use ferry_store::{Error, Result};
 use futures::StreamExt;
 
 use crate::blob::open_blob;
-use crate::crypto::OVERHEAD;
+use crate::crypto::{Kind, OVERHEAD};
 use crate::id::Id;
 use crate::index::Index;
 use crate::pack::{read_header, ENTRY_LEN};
@@ -42,7 +42,7 @@ pub async fn snapshots(repo: &Repo, errors: &mut Vec<String>) -> Result<Vec<(Id,
         c.retain("snapshots", &ids.iter().copied().collect());
     }
     let loaded: Vec<(Id, Result<Vec<u8>>)> = futures::stream::iter(ids)
-        .map(|id| async move { (id, repo.load_file("snapshots", &id).await) })
+        .map(|id| async move { (id, repo.load_file(Kind::Snapshot, &id).await) })
         .buffer_unordered(READ_AHEAD)
         .collect()
         .await;
@@ -140,8 +140,11 @@ pub async fn used_blobs(
 pub async fn check(repo: &Repo, read_data: bool) -> Result<Report> {
     let mut r = Report::default();
     let marker = repo.read(&repo.path("ferry-repo")).await?;
-    if marker != crate::repo::MARKER_TEXT.as_bytes() {
-        r.errors.push("ferry-repo: format marker damaged".into());
+    if marker != crate::repo::marker_text(repo.config.version).as_bytes() {
+        r.errors.push(format!(
+            "ferry-repo: format marker damaged or not format {}'s",
+            repo.config.version
+        ));
     }
     let (index, _, index_errors) = repo.load_index().await?;
     r.errors.extend(index_errors.iter().map(|e| e.to_string()));
@@ -215,7 +218,7 @@ pub async fn check(repo: &Repo, read_data: bool) -> Result<Report> {
                         let w = format!("blob {} in pack {}", e.id.short(), pack.short());
                         if end > body.len() {
                             errs.push(format!("{w}: beyond the end of the pack"));
-                        } else if let Err(err) = open_blob(&key, &body[s..end], &e.id, &w) {
+                        } else if let Err(err) = open_blob(&key, e.kind, &body[s..end], &e.id, &w) {
                             errs.push(err.to_string());
                         }
                     }

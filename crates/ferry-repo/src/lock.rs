@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+use crate::crypto::Kind;
 use crate::id::Id;
 use crate::repo::Repo;
 use crate::snapshot::hostname;
@@ -47,7 +48,7 @@ async fn others(repo: &Repo, mine: &Id) -> Result<Vec<LockInfo>> {
     use futures::StreamExt;
     let ids = repo.list_ids("locks").await?;
     let read = futures::stream::iter(ids.into_iter().filter(|id| id != mine))
-        .map(|id| async move { repo.load_file("locks", &id).await })
+        .map(|id| async move { repo.load_file(Kind::Lock, &id).await })
         .buffer_unordered(crate::repo::READ_AHEAD)
         .collect::<Vec<_>>()
         .await;
@@ -74,8 +75,11 @@ async fn write(repo: &Repo, exclusive: bool) -> Result<Id> {
         pid: std::process::id(),
         time: now(),
     };
-    repo.save_file("locks", &serde_json::to_vec(&info).expect("serializable"))
-        .await
+    repo.save_file(
+        Kind::Lock,
+        &serde_json::to_vec(&info).expect("serializable"),
+    )
+    .await
 }
 
 fn describe(l: &LockInfo) -> String {

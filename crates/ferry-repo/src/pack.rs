@@ -10,7 +10,7 @@
 
 use ferry_store::{Error, Result};
 
-use crate::crypto::MasterKey;
+use crate::crypto::{Kind, MasterKey};
 use crate::id::Id;
 
 /// What a blob holds.
@@ -23,6 +23,14 @@ pub enum BlobKind {
 }
 
 impl BlobKind {
+    /// What a blob of this kind is sealed as.
+    pub fn sealed(self) -> Kind {
+        match self {
+            BlobKind::Data => Kind::DataBlob,
+            BlobKind::Tree => Kind::TreeBlob,
+        }
+    }
+
     fn byte(self) -> u8 {
         match self {
             BlobKind::Data => 0,
@@ -127,7 +135,7 @@ impl Packer {
     pub fn finish(self, key: &MasterKey) -> (Id, Vec<u8>, Vec<Entry>) {
         let mut plain = Vec::with_capacity(self.entries.len() * ENTRY_LEN);
         encode_entries(&self.entries, &mut plain);
-        let header = key.seal(&plain);
+        let header = key.seal(Kind::PackHeader, &plain);
         let mut buf = self.buf;
         buf.extend_from_slice(&header);
         buf.extend_from_slice(&(header.len() as u32).to_le_bytes());
@@ -146,6 +154,6 @@ pub fn read_header(pack: &[u8], key: &MasterKey, what: &str) -> Result<Vec<Entry
     if hlen > body.len() {
         return Err(bad());
     }
-    let plain = key.open(&body[body.len() - hlen..], what)?;
+    let plain = key.open(Kind::PackHeader, &body[body.len() - hlen..], what)?;
     decode_entries(&plain, what)
 }

@@ -13,6 +13,7 @@ use ferry_store::{Error, Result};
 use futures::StreamExt;
 
 use crate::checker::{snapshots, used_blobs};
+use crate::crypto::Kind;
 use crate::id::Id;
 use crate::index;
 use crate::lock::Lock;
@@ -127,13 +128,13 @@ async fn run(repo: &Repo) -> Result<Pruned> {
         count += p.1.len();
         batch.push(p);
         if count >= BLOBS_PER_INDEX {
-            repo.save_file("index", &index::encode(&batch)).await?;
+            repo.save_file(Kind::Index, &index::encode(&batch)).await?;
             batch.clear();
             count = 0;
         }
     }
     if !batch.is_empty() {
-        repo.save_file("index", &index::encode(&batch)).await?;
+        repo.save_file(Kind::Index, &index::encode(&batch)).await?;
     }
     for id in &old_index_files {
         repo.delete_file("index", id).await?;

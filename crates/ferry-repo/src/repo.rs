@@ -7,14 +7,19 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Cache;
-use crate::crypto::{KeyFile, MasterKey};
+use crate::crypto::{KeyFile, Kind, MasterKey};
 use crate::id::Id;
 use crate::index::{self, Index};
 
 /// The only plaintext object: says what the prefix holds.
 const MARKER: &str = "ferry-repo";
-/// The marker's exact text for format 1; `check` compares it byte for byte.
-pub(crate) const MARKER_TEXT: &str = "ferry repository, format 1 (docs/format.md)\n";
+/// The format `init` makes: 2, whose seals bind kind and repository id (docs/format.md).
+pub const FORMAT: u32 = 2;
+
+/// The marker's exact text for a format; `check` compares it byte for byte.
+pub(crate) fn marker_text(format: u32) -> String {
+    format!("ferry repository, format {format} (docs/format.md)\n")
+}
 
 /// Settings fixed at `init`, stored encrypted in `config`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -66,13 +71,20 @@ fn join(root: &str, rel: &str) -> String {
 pub(crate) const READ_AHEAD: usize = 32;
 
 impl Repo {
-    /// Creates a repository under `root`; refuses a prefix that already holds one.
+    /// Creates a repository of `format` (1 or 2; [`FORMAT`] unless an older ferry must read
+    /// it) under `root`; refuses a prefix that already holds one.
     pub async fn init(
         store: SharedStore,
         root: &str,
         engine: Engine,
         password: &[u8],
+        format: u32,
     ) -> Result<Repo> {
+        if !(1..=FORMAT).contains(&format) {
+            return Err(Error::Invalid(format!(
+                "repository format {format}: ferry writes formats 1 and {FORMAT}"
+            )));
+        }
         let root = root.trim_matches('/').to_string();
         let url = show(&store, &root);
         match store.head(&join(&root, MARKER)).await {
@@ -89,10 +101,14 @@ impl Repo {
                 "{url} already holds repository keys"
             )));
         }
-        let key = MasterKey::generate();
+        let id = Id::of(&rand::random::<[u8; 32]>());
+        let key = match format {
+            1 => MasterKey::generate(id).format1(),
+            _ => MasterKey::generate(id),
+        };
         let config = Config {
-            version: 1,
-            id: Id::of(&rand::random::<[u8; 32]>()),
+            version: format,
+            id,
             chunk_min: 512 << 10,
             chunk_avg: 1 << 20,
             chunk_max: 8 << 20,
@@ -110,10 +126,13 @@ impl Repo {
         // Marker last: a half-made repository is not mistaken for one.
         repo.opened_with = Some(repo.add_key(password).await?);
         let cfg = serde_json::to_vec(&repo.config).expect("serializable");
-        repo.put(&join(&repo.root, "config"), repo.key.seal(&cfg))
-            .await?;
-        repo.put(&join(&repo.root, MARKER), MARKER_TEXT.as_bytes().to_vec())
-            .await?;
+        repo.put(
+            &join(&repo.root, "config"),
+            repo.key.seal(Kind::Config, &cfg),
+        )
+        .await?;
+        let marker = marker_text(format).into_bytes();
+        repo.put(&join(&repo.root, MARKER), marker).await?;
         Ok(repo)
     }
 
@@ -134,7 +153,7 @@ impl Repo {
             store: store.clone(),
             root: root.clone(),
             engine,
-            key: MasterKey::generate(),
+            key: MasterKey::generate(Id::default()),
             opened_with: None,
             cache,
             config: Config {
@@ -219,9 +238,10 @@ impl Repo {
             // already, as the guess or as load_raw cached every key file it read.
             c.retain("keys", &[opened_with].into());
         }
-        let cfg = key.open(&config?, &format!("{url}/config"))?;
+        let cfg = key.open(Kind::Config, &config?, &format!("{url}/config"))?;
         repo.config = serde_json::from_slice(&cfg)
             .map_err(|e| Error::Checksum(format!("{url}/config: {e}")))?;
+        check_format(&repo.config, &key, &url)?;
         repo.key = key;
         repo.opened_with = Some(opened_with);
         Ok(repo)
@@ -231,9 +251,15 @@ impl Repo {
     pub async fn add_key(&self, password: &[u8]) -> Result<Id> {
         let key = self.key.clone();
         let password = password.to_vec();
-        let kf = tokio::task::spawn_blocking(move || KeyFile::wrap(&key, &password))
+        let mut kf = tokio::task::spawn_blocking(move || KeyFile::wrap(&key, &password))
             .await
             .map_err(|e| Error::Permanent(e.to_string()))??;
+        kf.created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs() as i64);
+        kf.host = Some(crate::snapshot::hostname());
+        kf.user = std::env::var("USER").ok();
         let body = serde_json::to_vec_pretty(&kf).expect("serializable");
         let id = Id::of(&body);
         self.put(&join(&self.root, &format!("keys/{id}")), body)
@@ -249,6 +275,12 @@ impl Repo {
     /// Ids of the key files.
     pub async fn keys(&self) -> Result<Vec<Id>> {
         self.list_ids("keys").await
+    }
+
+    /// The key file `id`, checked against its name; not unwrapped.
+    pub async fn key_file(&self, id: &Id) -> Result<KeyFile> {
+        let body = self.load_raw("keys", id).await?;
+        serde_json::from_slice(&body).map_err(|e| Error::Invalid(format!("keys/{id}: {e}")))
     }
 
     /// Removes a key file.
@@ -373,10 +405,12 @@ impl Repo {
             .await
     }
 
-    /// Stores `plain` as an encrypted, compressed file of `kind` (index, snapshots, locks).
-    pub async fn save_file(&self, kind: &str, plain: &[u8]) -> Result<Id> {
+    /// Stores `plain` as an encrypted, compressed file of `kind` (index, snapshots, locks),
+    /// under the directory the kind names.
+    pub async fn save_file(&self, kind: Kind, plain: &[u8]) -> Result<Id> {
         let packed = zstd::bulk::compress(plain, 3).map_err(|e| Error::Permanent(e.to_string()))?;
-        let sealed = self.key.seal(&packed);
+        let sealed = self.key.seal(kind, &packed);
+        let kind = kind.name();
         let id = Id::of(&sealed);
         let cache = self.cache.as_ref().filter(|_| cached_kind(kind));
         if let Some(c) = cache {
@@ -388,10 +422,10 @@ impl Repo {
     }
 
     /// Reads a file [`Repo::save_file`] wrote, checked against its name and decrypted.
-    pub async fn load_file(&self, kind: &str, id: &Id) -> Result<Vec<u8>> {
-        let sealed = self.load_raw(kind, id).await?;
-        let what = format!("{}/{kind}/{id}", self.url());
-        let packed = self.key.open(&sealed, &what)?;
+    pub async fn load_file(&self, kind: Kind, id: &Id) -> Result<Vec<u8>> {
+        let sealed = self.load_raw(kind.name(), id).await?;
+        let what = format!("{}/{}/{id}", self.url(), kind.name());
+        let packed = self.key.open(kind, &sealed, &what)?;
         zstd::stream::decode_all(&packed[..])
             .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))
     }
@@ -427,7 +461,7 @@ impl Repo {
         let mut loaded = futures::stream::iter(ids.clone())
             .map(|id| async move {
                 let what = format!("{}/index/{id}", self.url());
-                let r = self.load_file("index", &id).await;
+                let r = self.load_file(Kind::Index, &id).await;
                 (id, r.and_then(|b| index::decode(&b, &what)))
             })
             .buffer_unordered(READ_AHEAD);
@@ -448,6 +482,31 @@ impl Repo {
         idx.finish();
         Ok((idx, good, errors))
     }
+}
+
+/// Refuses a config that does not go with the key that opened it: a format this ferry does
+/// not know, or one other than the key file's (a format 1 key file carries no repository
+/// id; a format 2 one carries the id the config must hold).
+fn check_format(config: &Config, key: &MasterKey, url: &str) -> Result<()> {
+    if config.version > FORMAT || config.version == 0 {
+        return Err(Error::Invalid(format!(
+            "{url}: repository format {} is not one this ferry reads (1 to {FORMAT}); \
+             a newer ferry made it",
+            config.version
+        )));
+    }
+    let fits = match key.scope() {
+        None => config.version == 1,
+        Some(id) => config.version >= 2 && config.id == id,
+    };
+    if !fits {
+        return Err(Error::Checksum(format!(
+            "{url}/config: format {} config does not go with the key file that opened it \
+             (swapped or downgraded)",
+            config.version
+        )));
+    }
+    Ok(())
 }
 
 /// Unwraps a stored key file with `password`: `Ok(None)` when the password is not its.

@@ -22,6 +22,7 @@ use futures::StreamExt;
 use crate::blob::with_blob;
 use crate::id::Id;
 use crate::index::Index;
+use crate::pack::BlobKind;
 use crate::repo::{Repo, READ_AHEAD};
 use crate::snapshot::Snapshot;
 use crate::tree::{Node, NodeKind};
@@ -254,7 +255,7 @@ impl Writer {
                 Err(e) => Err(Error::Permanent(format!("{what}: {e}"))),
             };
             let written = sealed.and_then(|sealed| {
-                with_blob(&self.key, sealed, &id, &what, |plain| {
+                with_blob(&self.key, BlobKind::Data, sealed, &id, &what, |plain| {
                     let zeros = plain.iter().all(|&b| b == 0);
                     for &(item, off) in &targets {
                         self.progress.done(plain.len() as u64);

@@ -99,7 +99,7 @@ pub enum Command {
     /// Create a bucket (s3://bucket), container (az://container) or directory.
     Mkdir(MkdirArgs),
     /// Create a repository at --repo.
-    Init,
+    Init(InitArgs),
     /// Back up files and directories (or --stdin) into the repository.
     Backup(BackupArgs),
     /// List the repository's snapshots.
@@ -285,6 +285,15 @@ pub struct ForgetArgs {
     pub prune: bool,
 }
 
+/// `ferry init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Repository format: 2 binds every sealed file to its kind and repository; 1 only for
+    /// an older ferry that must read the repository (docs/format.md).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub format: u32,
+}
+
 /// `ferry key`.
 #[derive(Debug, Args)]
 pub struct KeyArgs {
@@ -292,14 +301,28 @@ pub struct KeyArgs {
     pub cmd: KeyCmd,
 }
 
-/// `ferry key` subcommands.
+/// Where a new password comes from: FERRY_NEW_PASSWORD, this file, or a prompt.
+#[derive(Debug, Args)]
+pub struct NewPassword {
+    /// File holding the new password.
+    #[arg(long, env = "FERRY_NEW_PASSWORD_FILE")]
+    pub new_password_file: Option<PathBuf>,
+}
+
+/// `ferry key` subcommands. A key file wraps the one master key under one password: adding,
+/// changing or removing one never re-encrypts data (docs/format.md, Keys).
 #[derive(Debug, Subcommand)]
 pub enum KeyCmd {
-    /// Change the password (the new one from FERRY_NEW_PASSWORD, --new-password-file or a prompt).
-    Passwd {
-        /// File holding the new password.
-        #[arg(long, env = "FERRY_NEW_PASSWORD_FILE")]
-        new_password_file: Option<PathBuf>,
+    /// Change the password: add a key file for the new one, remove the one that opened the repository.
+    Passwd(NewPassword),
+    /// Add a password (a key file) beside the others.
+    Add(NewPassword),
+    /// List the key files: id, when and where each was made, * for the one that opened the repository.
+    List,
+    /// Remove a key file by id (a unique prefix); never the one in use, never the last.
+    Remove {
+        /// The key file's id or a unique prefix of it.
+        id: String,
     },
 }
 

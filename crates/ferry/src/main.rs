@@ -80,18 +80,14 @@ async fn run(cli: Cli) -> Result<()> {
             cmd::repo::ls(g, &args.url, dir, &mut stores, &engine, &out).await
         }
         Command::Ls(args) => cmd::ls::ls(&args.url, &mut stores, &out).await,
-        Command::Init => cmd::repo::init(g, &mut stores, &engine, &out).await,
+        Command::Init(a) => cmd::repo::init(a, g, &mut stores, &engine, &out).await,
         Command::Backup(a) => cmd::backup::backup(a, g, &mut stores, &engine, &out).await,
         Command::Snapshots => cmd::repo::snapshots(g, &mut stores, &engine, &out).await,
         Command::Restore(a) => cmd::backup::restore(a, g, &mut stores, &engine, &out).await,
         Command::Check(a) => cmd::maint::check(a, g, &mut stores, &engine, &out).await,
         Command::Forget(a) => cmd::maint::forget(a, g, &mut stores, &engine, &out).await,
         Command::Prune => cmd::maint::prune(g, &mut stores, &engine, &out).await,
-        Command::Key(k) => match &k.cmd {
-            cli::KeyCmd::Passwd { new_password_file } => {
-                cmd::repo::passwd(g, new_password_file.as_deref(), &mut stores, &engine, &out).await
-            }
-        },
+        Command::Key(k) => cmd::key::run(&k.cmd, g, &mut stores, &engine, &out).await,
         Command::Mkdir(args) => cmd::ls::mkdir(&args.url, &mut stores, &out).await,
         Command::WalPush(args) => {
             cmd::wal::push_cmd(args, &cli.global, &mut stores, &engine, &out).await

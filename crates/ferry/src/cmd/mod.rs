@@ -2,6 +2,7 @@
 
 pub mod backup;
 pub mod cp;
+pub mod key;
 pub mod ls;
 pub mod maint;
 pub mod pg;

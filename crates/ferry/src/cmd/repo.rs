@@ -9,7 +9,7 @@ use ferry_repo::cache::Cache;
 use ferry_repo::{Id, Repo, Snapshot};
 use ferry_transfer::Engine;
 
-use crate::cli::Global;
+use crate::cli::{Global, InitArgs};
 use crate::password::password;
 use crate::places::Stores;
 use crate::Output;
@@ -71,7 +71,13 @@ fn cache_base(g: &Global) -> Option<std::path::PathBuf> {
     Some(xdg.or_else(home)?.join("ferry/repos"))
 }
 
-pub async fn init(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {
+pub async fn init(
+    a: &InitArgs,
+    g: &Global,
+    stores: &mut Stores,
+    engine: &Engine,
+    out: &Output,
+) -> Result<()> {
     let place = repo_place(stores)?;
     let pw = password(g, true)?;
     if place.loc.is_remote() {
@@ -84,7 +90,7 @@ pub async fn init(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output
             .and_then(|d| d.set_mode(0o700, None))
             .with_context(|| format!("repository directory {}", dir.display()))?;
     }
-    let repo = Repo::init(place.store, &place.key, engine.clone(), &pw).await?;
+    let repo = Repo::init(place.store, &place.key, engine.clone(), &pw, a.format).await?;
     if out.json {
         println!(
             "{}",
@@ -130,7 +136,7 @@ pub async fn find(repo: &Repo, which: &str) -> Result<(Id, Snapshot)> {
     }
 }
 
-fn when(t: i64) -> String {
+pub fn when(t: i64) -> String {
     humantime::format_rfc3339_seconds(
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64),
     )
@@ -234,49 +240,6 @@ pub async fn ls(
                 n.size
             );
         }
-    }
-    Ok(())
-}
-
-pub async fn passwd(
-    g: &Global,
-    new_file: Option<&Path>,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
-    let repo = open(g, stores, engine).await?;
-    let new = match (std::env::var_os("FERRY_NEW_PASSWORD"), new_file) {
-        (Some(p), _) => p.into_encoded_bytes(),
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("new password file {}", f.display()))?
-            .trim_end_matches(['\n', '\r'])
-            .as_bytes()
-            .to_vec(),
-        (None, None) => {
-            let g2 = Global {
-                password_file: None,
-                password_command: None,
-                ..g.clone()
-            };
-            if std::env::var_os("FERRY_PASSWORD").is_some() {
-                bail!("set the new password with FERRY_NEW_PASSWORD or --new-password-file");
-            }
-            password(&g2, true)?
-        }
-    };
-    if new.is_empty() {
-        bail!("empty password");
-    }
-    let id = repo.add_key(&new).await?;
-    // The old key file goes only once the new one is stored; other keys stay.
-    if let Some(old) = repo.opened_with() {
-        repo.remove_key(&old).await?;
-    }
-    if out.json {
-        println!("{}", serde_json::json!({"key": id}));
-    } else {
-        eprintln!("password changed (key {})", id.short());
     }
     Ok(())
 }
