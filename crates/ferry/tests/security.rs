@@ -464,3 +464,94 @@ fn no_special_leaves_out_setuid_bits_and_special_files() {
     assert_eq!(mode(&plain), (0o755, None));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// The files of `kind` (a directory of the repository).
+fn stored(repo: &Path, kind: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(repo.join(kind))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Puts `bytes` into `kind/` under the name a reader checks them against (their BLAKE3), as
+/// whoever can write the store can; returns the path.
+fn plant(repo: &Path, kind: &str, bytes: &[u8]) -> PathBuf {
+    let p = repo.join(kind).join(blake3::hash(bytes).to_hex().as_str());
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// The store writer: every file it moves to another kind's place, or brings from another
+/// repository sealed under the same password, is named by `check` for what it is, and
+/// nothing reads it as what its place says.
+#[test]
+fn swapped_and_foreign_repository_files_are_named_by_check() {
+    let dir = scratch("sec-swap");
+    let (a, b) = (Repo::local(&dir.join("a")), Repo::local(&dir.join("b")));
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"one").unwrap();
+    for r in [&a, &b] {
+        std::fs::create_dir_all(Path::new(&r.url).parent().unwrap()).unwrap();
+        r.ok(&["init"]);
+        r.ok(&["backup", src.to_str().unwrap()]);
+    }
+    let (ra, rb) = (PathBuf::from(&a.url), PathBuf::from(&b.url));
+    let read = |p: &PathBuf| std::fs::read(p).unwrap();
+    let snap = read(&stored(&ra, "snapshots")[0]);
+    let index = read(&stored(&ra, "index")[0]);
+    let config = read(&ra.join("config"));
+    let foreign = read(&stored(&rb, "snapshots")[0]);
+    for (kind, bytes, says) in [
+        ("index", &snap, "sealed as snapshots, where index belongs"),
+        (
+            "snapshots",
+            &index,
+            "sealed as index, where snapshots belongs",
+        ),
+        (
+            "snapshots",
+            &config,
+            "sealed as config, where snapshots belongs",
+        ),
+        ("snapshots", &foreign, "does not decrypt"),
+    ] {
+        let planted = plant(&ra, kind, bytes);
+        let out = a.run(&["check"], &[]);
+        let err = stderr(&out);
+        let name = planted.file_name().unwrap().to_string_lossy().to_string();
+        assert!(!out.status.success(), "{kind}/{name} went unnoticed: {err}");
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&format!("{kind}/{name}")) && l.contains(says)),
+            "{kind}/{name}: check does not say '{says}': {err}"
+        );
+        // Nothing reads it as what its place says: a restore refuses too, writing nothing.
+        let target = dir.join("target");
+        let out = a.run(
+            &["restore", "latest", "--target", target.to_str().unwrap()],
+            &[],
+        );
+        assert!(!out.status.success(), "{kind}/{name}: restored");
+        assert!(!target.exists(), "{kind}/{name}: restore wrote");
+        std::fs::remove_file(planted).unwrap();
+        a.ok(&["check"]);
+    }
+    // B's key file opens with the same password but binds B's id: A's config is refused.
+    let keys = stored(&ra, "keys");
+    let hidden = dir.join("a-keys");
+    std::fs::rename(ra.join("keys"), &hidden).unwrap();
+    std::fs::create_dir(ra.join("keys")).unwrap();
+    plant(&ra, "keys", &read(&stored(&rb, "keys")[0]));
+    let out = a.run(&["snapshots"], &[]);
+    let err = stderr(&out);
+    assert!(!out.status.success() && err.contains("/config:"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    std::fs::remove_dir_all(ra.join("keys")).unwrap();
+    std::fs::rename(&hidden, ra.join("keys")).unwrap();
+    assert_eq!(stored(&ra, "keys"), keys);
+    a.ok(&["check"]);
+    std::fs::remove_dir_all(dir).unwrap();
+}

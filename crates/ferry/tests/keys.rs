@@ -1,0 +1,69 @@
+//! Key files and formats: `key add/list/remove` manage passwords without touching data, the
+//! key in use and the last key cannot be removed, a removed password no longer opens the
+//! repository; a format 1 repository (`init --format 1`) is read, written and checked.
+
+mod repokit;
+
+use repokit::{assert_same_tree, corpus, scratch, stderr, Repo};
+
+#[test]
+fn keys_are_added_listed_and_removed() {
+    let dir = scratch("keys");
+    let repo = Repo::local(&dir);
+    repo.ok(&["init"]);
+    let other = [("FERRY_PASSWORD", "second one")];
+    let out = repo.run(&["key", "add"], &[("FERRY_NEW_PASSWORD", "second one")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(repo.run(&["snapshots"], &other).status.success());
+
+    let listed = repo.ok(&["key", "list", "--json"]);
+    let keys = listed.as_array().unwrap();
+    assert_eq!(keys.len(), 2, "{listed}");
+    let current: Vec<_> = keys.iter().filter(|k| k["current"] == true).collect();
+    assert_eq!(current.len(), 1, "{listed}");
+    assert!(keys.iter().all(|k| k["created"].is_number()), "{listed}");
+    let first = current[0]["id"].as_str().unwrap().to_string();
+
+    // The key that opened the repository is refused; from the other password it goes.
+    let out = repo.run(&["key", "remove", &first[..8]], &[]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("opened the repository"),
+        "{}",
+        stderr(&out)
+    );
+    let out = repo.run(&["key", "remove", &first[..8]], &other);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = repo.run(&["snapshots"], &[]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("wrong password"), "{}", stderr(&out));
+    // The last key is the one in use, so it is never removed.
+    let last = repo.run(&["key", "list", "--json"], &other);
+    let last: serde_json::Value = serde_json::from_slice(&last.stdout).unwrap();
+    let id = last[0]["id"].as_str().unwrap().to_string();
+    let out = repo.run(&["key", "remove", &id], &other);
+    assert!(!out.status.success());
+    let out = repo.run(&["key", "remove", "ffffffffff"], &other);
+    assert!(stderr(&out).contains("no key"), "{}", stderr(&out));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_format_1_repository_is_read_written_and_checked() {
+    let dir = scratch("format1");
+    let repo = Repo::local(&dir);
+    let src = dir.join("src");
+    corpus(&src, 3 << 20);
+    repo.ok(&["init", "--format", "1"]);
+    let marker = std::fs::read_to_string(dir.join("repo/ferry-repo")).unwrap();
+    assert!(marker.contains("format 1"), "{marker}");
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    repo.ok(&["check", "--read-data"]);
+    let target = dir.join("target");
+    repo.ok(&["restore", "latest", "--target", target.to_str().unwrap()]);
+    assert_same_tree(&src, &target.join(src.strip_prefix("/").unwrap()));
+    let out = repo.run(&["init", "--format", "3"], &[]);
+    assert!(!out.status.success());
+    std::fs::remove_dir_all(dir).unwrap();
+}
