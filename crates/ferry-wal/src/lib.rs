@@ -11,6 +11,7 @@
 
 pub mod agent;
 pub mod archive;
+pub mod audit;
 pub mod envelope;
 pub mod fetch;
 pub mod name;

@@ -7,6 +7,7 @@ use ferry_store::Result;
 use serde::Serialize;
 
 use crate::archive::{Archive, Gap};
+use crate::audit::{audit, Finding};
 use crate::name::{Kind, WalName};
 use crate::push::queued;
 use crate::spool::Spool;
@@ -64,10 +65,17 @@ pub struct Status {
     pub gaps: Vec<Gap>,
     /// The agent's queue, when the cluster's pg_wal and spool were given.
     pub queue: Option<Queue>,
+    /// Objects whose header is damaged, or says plaintext in an encrypted archive.
+    pub suspect: Vec<Finding>,
 }
 
-/// Reads the archive (and the spool, when given) into a [`Status`].
-pub async fn status(archive: &Archive, local: Option<(&Path, &Spool)>) -> Result<Status> {
+/// Reads the archive (and the spool, when given) into a [`Status`]. `encrypted`: the archive
+/// lies in a repository, so every object's header is read and a plaintext one reported.
+pub async fn status(
+    archive: &Archive,
+    local: Option<(&Path, &Spool)>,
+    encrypted: bool,
+) -> Result<Status> {
     let cluster = archive.cluster().await?;
     let seg_size = cluster.as_ref().map_or(16 << 20, |c| c.seg_size);
     let files = archive.list().await?;
@@ -129,6 +137,13 @@ pub async fn status(archive: &Archive, local: Option<(&Path, &Spool)>) -> Result
         }
         None => None,
     };
+    let suspect = match encrypted {
+        true => {
+            let names: Vec<WalName> = files.iter().map(|(n, _)| n.clone()).collect();
+            audit(archive, &names, true, false).await
+        }
+        false => Vec::new(),
+    };
     Ok(Status {
         archive: archive.url(),
         system_id: cluster.map(|c| c.system_id),
@@ -140,5 +155,6 @@ pub async fn status(archive: &Archive, local: Option<(&Path, &Spool)>) -> Result
         partials,
         gaps: archive.gaps().await?,
         queue,
+        suspect,
     })
 }

@@ -434,6 +434,25 @@ fn tampered_moved_or_foreign_segments_are_refused() {
         "stored unencrypted in an encrypted archive",
     );
     nothing_written(&dest);
+    // wal-status (no password: headers are plaintext) and check name it.
+    let out = rig.ferry(&["wal-status"], &[("FERRY_PASSWORD", "")]);
+    fails_with(&out, "1 archived objects are suspect");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.lines().any(|l| l.starts_with("SUSPECT")
+            && l.contains(a)
+            && l.contains("plaintext in an encrypted repository")),
+        "{shown}"
+    );
+    let out = rig.ferry(&["check"], &[]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out)
+            .lines()
+            .any(|l| l.contains(a) && l.contains("plaintext")),
+        "{}",
+        stderr(&out)
+    );
     let out = rig.ferry(
         &["wal-push", wal_a.to_str().unwrap()],
         &[("FERRY_WAL_ASYNC", "false")],
@@ -454,6 +473,14 @@ fn tampered_moved_or_foreign_segments_are_refused() {
         std::fs::write(obj(a), &bad).unwrap();
         fails_with(&fetch(&rig, a, &dest, &[]), needle);
         nothing_written(&dest);
+        // check reads every object with --read-data, and authenticates it.
+        let out = rig.ferry(&["check", "--read-data"], &[]);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.lines().any(|l| l.contains(a) && l.contains(needle)),
+            "{err}"
+        );
     }
     std::fs::write(obj(a), &a_orig).unwrap();
     let out = fetch(&rig, a, &dest, &[]);

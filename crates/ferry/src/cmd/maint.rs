@@ -19,7 +19,9 @@ pub async fn check(
     out: &Output,
 ) -> Result<()> {
     let repo = open_uncached(g, stores, engine).await?;
-    let r = ferry_repo::checker::check(&repo, args.read_data).await?;
+    let mut r = ferry_repo::checker::check(&repo, args.read_data).await?;
+    let wal = crate::cmd::wal::audit_archive(&repo, stores, engine, args.read_data).await?;
+    r.errors.extend(wal.into_iter().map(|f| f.problem));
     if out.json {
         println!(
             "{}",

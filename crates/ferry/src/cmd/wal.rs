@@ -354,19 +354,31 @@ pub async fn status_cmd(
         None => pgdata()?,
     };
     let wal: Wal = stores.settings().wal(&args.wal, &dir)?;
-    // Listing, cluster.json and gaps are plaintext: no password needed.
+    // Listing, cluster.json, gaps and headers are plaintext: no password needed.
     let archive = open_archive(g, stores, engine, wal.compress_level, false).await?;
+    let encrypted = is_repository(&repo_place(stores)?, engine).await?;
     let pg_wal = dir.join("pg_wal");
     let spool = match &args.pgdata {
         Some(_) => Some(Spool::open(&wal.spool)?),
         None => None,
     };
     let local = spool.as_ref().map(|s| (pg_wal.as_path(), s));
-    let st = status::status(&archive, local).await?;
+    let st = status::status(&archive, local, encrypted).await?;
     if out.json {
         println!("{}", serde_json::to_string_pretty(&st)?);
-        return Ok(());
+    } else {
+        print_status(&st);
     }
+    if !st.suspect.is_empty() {
+        bail!(
+            "{} archived objects are suspect (listed above): see docs/security.md",
+            st.suspect.len()
+        );
+    }
+    Ok(())
+}
+
+fn print_status(st: &status::Status) {
     println!("archive    {}", st.archive);
     println!(
         "cluster    {}",
@@ -400,6 +412,9 @@ pub async fn status_cmd(
     for gap in &st.gaps {
         println!("GAP        {}: {}", gap.name, gap.reason);
     }
+    for f in &st.suspect {
+        println!("SUSPECT    {}: {}", f.name, f.problem);
+    }
     if let Some(q) = &st.queue {
         println!(
             "agent      {}; {} waiting, {} acked",
@@ -415,7 +430,6 @@ pub async fn status_cmd(
             println!("  failed   {n}: {e}");
         }
     }
-    Ok(())
 }
 
 pub async fn agent_cmd(
@@ -455,4 +469,19 @@ pub async fn agent_cmd(
         r => bail!("unknown agent role '{r}'"),
     }
     Ok(())
+}
+
+/// The WAL archive that shares `repo`'s prefix, audited with the repository's key: headers
+/// only, or every object read and authenticated with `read_data`. Empty when there is none.
+pub async fn audit_archive(
+    repo: &Repo,
+    stores: &mut Stores,
+    engine: &Engine,
+    read_data: bool,
+) -> Result<Vec<ferry_wal::audit::Finding>> {
+    let place = repo_place(stores)?;
+    let key = WalKey::from_secret(&repo.key().subkey(WAL_KEY_CONTEXT));
+    let archive = Archive::with_key(place.store, &place.key, engine.clone(), 0, Some(key));
+    let names: Vec<WalName> = archive.list().await?.into_iter().map(|(n, _)| n).collect();
+    Ok(ferry_wal::audit::audit(&archive, &names, true, read_data).await)
 }
