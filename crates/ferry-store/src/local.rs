@@ -18,12 +18,47 @@ const TMP_MARK: &str = ".ferry-tmp-";
 #[derive(Debug, Clone)]
 pub struct LocalStore {
     root: PathBuf,
+    /// Files 0600 and directories 0700, whatever the umask: a repository's key files can be
+    /// attacked offline by whoever reads them.
+    private: bool,
 }
 
 impl LocalStore {
-    /// A store rooted at `root` (which need not exist until the first write).
+    /// A store rooted at `root` (which need not exist until the first write); files and
+    /// directories are created as the umask says, as `cp` users expect.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            private: false,
+        }
+    }
+
+    /// A store whose files are created 0600 and directories 0700: for repositories.
+    pub fn private(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            private: true,
+        }
+    }
+
+    /// A new file at `tmp` (never an existing one, never through a link), in this store's mode.
+    fn create(&self, tmp: &Path) -> std::io::Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .mode(if self.private { 0o600 } else { 0o666 })
+            .open(tmp)
+    }
+
+    fn make_dirs(&self, dir: &Path) -> Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(if self.private { 0o700 } else { 0o777 })
+            .create(dir)
+            .map_err(|e| Error::io(dir.display(), e))
     }
 
     fn path(&self, key: &str) -> PathBuf {
@@ -50,7 +85,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::Permanent(format!("local I/O task failed: {e}")))?
 }
 
-fn prepare_parent(path: &Path) -> Result<()> {
+fn prepare_parent(store: &LocalStore, path: &Path) -> Result<()> {
     if path.is_dir() {
         return Err(Error::AlreadyExists(format!(
             "{} is a directory",
@@ -58,7 +93,7 @@ fn prepare_parent(path: &Path) -> Result<()> {
         )));
     }
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| Error::io(parent.display(), e))?;
+        store.make_dirs(parent)?;
     }
     Ok(())
 }
@@ -136,11 +171,11 @@ impl Store for LocalStore {
     }
 
     async fn put(&self, key: &str, data: Bytes, _meta: &Meta) -> Result<()> {
-        let dst = self.path(key);
+        let (dst, me) = (self.path(key), self.clone());
         blocking(move || {
-            prepare_parent(&dst)?;
+            prepare_parent(&me, &dst)?;
             let tmp = Self::temp_for(&dst);
-            let written = File::create(&tmp).and_then(|mut f| f.write_all(&data));
+            let written = me.create(&tmp).and_then(|mut f| f.write_all(&data));
             if let Err(e) = written {
                 let _ = fs::remove_file(&tmp);
                 return Err(Error::io(tmp.display(), e));
@@ -223,16 +258,16 @@ impl Store for LocalStore {
     }
 
     async fn create_root(&self) -> Result<()> {
-        fs::create_dir_all(&self.root).map_err(|e| Error::io(self.root.display(), e))
+        self.make_dirs(&self.root)
     }
 
     async fn start_upload(&self, key: &str, _meta: &Meta) -> Result<Upload> {
-        let dst = self.path(key);
+        let (dst, me) = (self.path(key), self.clone());
         let key = key.to_string();
         blocking(move || {
-            prepare_parent(&dst)?;
+            prepare_parent(&me, &dst)?;
             let tmp = Self::temp_for(&dst);
-            File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+            me.create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
             Ok(Upload {
                 key,
                 id: tmp.to_string_lossy().into_owned(),

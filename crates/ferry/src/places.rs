@@ -58,6 +58,16 @@ impl Stores {
     }
 
     pub fn open(&mut self, raw: &str) -> Result<Place> {
+        self.open_as(raw, false)
+    }
+
+    /// Opens a repository's place: on a local disk, its files are created 0600 and its
+    /// directories 0700 whatever the umask (key files can be attacked offline).
+    pub fn open_repo(&mut self, raw: &str) -> Result<Place> {
+        self.open_as(raw, true)
+    }
+
+    fn open_as(&mut self, raw: &str, private: bool) -> Result<Place> {
         let loc = Location::parse(raw)?;
         let dir_hint = raw.ends_with('/');
         let (store, key): (SharedStore, String) = match loc.scheme {
@@ -70,10 +80,11 @@ impl Stores {
                     .trim_start_matches('/')
                     .trim_end_matches('/')
                     .to_string();
-                (
-                    self.cached(&loc, || Ok(Arc::new(LocalStore::new("/"))))?,
-                    key,
-                )
+                let store: SharedStore = match private {
+                    true => Arc::new(LocalStore::private("/")),
+                    false => self.cached(&loc, || Ok(Arc::new(LocalStore::new("/"))))?,
+                };
+                (store, key)
             }
             Scheme::S3 => {
                 let cfg = self.settings.s3.clone();

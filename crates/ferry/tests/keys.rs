@@ -67,3 +67,35 @@ fn a_format_1_repository_is_read_written_and_checked() {
     assert!(!out.status.success());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Key files can be attacked offline: every file of a local repository is 0600 and every
+/// directory 0700, whatever the umask (here the usual 022).
+#[test]
+fn a_local_repository_is_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("private");
+    let repo = Repo::local(&dir);
+    let src = dir.join("src");
+    corpus(&src, 1 << 20);
+    // SAFETY: umask only sets the process's file mode mask; the children inherit it.
+    let old = unsafe { libc::umask(0o022) };
+    repo.ok(&["init"]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    unsafe { libc::umask(old) };
+    let mut seen = (0, 0);
+    let mut stack = vec![dir.join("repo")];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let mode = m.permissions().mode() & 0o777;
+        if m.is_dir() {
+            assert_eq!(mode, 0o700, "{}", p.display());
+            seen.0 += 1;
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            assert_eq!(mode, 0o600, "{}", p.display());
+            seen.1 += 1;
+        }
+    }
+    assert!(seen.0 >= 5 && seen.1 >= 5, "{seen:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

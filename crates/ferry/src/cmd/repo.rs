@@ -14,11 +14,12 @@ use crate::password::password;
 use crate::places::Stores;
 use crate::Output;
 
-fn repo_place(stores: &mut Stores) -> Result<crate::places::Place> {
+/// The place `--repo` names, opened for a repository (private files on a local disk).
+pub fn repo_place(stores: &mut Stores) -> Result<crate::places::Place> {
     let Some(repo) = stores.settings().repo.clone() else {
         bail!("no repository: set --repo, FERRY_REPO or repo in ferry.toml");
     };
-    stores.open(&repo)
+    stores.open_repo(&repo)
 }
 
 /// Runs `work` under a shared lock on `repo`, released whatever `work` returns.

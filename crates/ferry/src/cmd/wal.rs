@@ -21,6 +21,7 @@ use ferry_wal::push::{self, Handed, PushOptions};
 use ferry_wal::{status, Archive, Pushed, Spool, WalKey, WalName};
 
 use crate::cli::{Global, WalAgentArgs, WalArgs, WalFetchArgs, WalPushArgs, WalStatusArgs};
+use crate::cmd::repo::repo_place;
 use crate::password::password;
 use crate::places::{Place, Stores};
 use crate::settings::Wal;
@@ -34,13 +35,6 @@ const AGENT_IDLE: Duration = Duration::from_secs(30);
 const WAL_KEY_CONTEXT: &str = "ferry wal v1";
 /// The object that makes a prefix a ferry repository (ferry-repo's format marker).
 const REPO_MARKER: &str = "ferry-repo";
-
-fn repo_place(stores: &mut Stores) -> Result<Place> {
-    let Some(repo) = stores.settings().repo.clone() else {
-        bail!("no repository: set --repo, FERRY_REPO or repo in ferry.toml");
-    };
-    stores.open(&repo)
-}
 
 /// The repository, opened: the WAL key, and the password that opened it.
 struct Unlocked {
