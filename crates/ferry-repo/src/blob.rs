@@ -11,6 +11,9 @@ use crate::tree::Tree;
 
 /// Blobs larger than this are decompressed as a stream, not into one buffer sized up front.
 const BULK_MAX: u64 = 64 << 20;
+/// The most a blob may decompress to. Chunks are at most 8 MiB; a tree of a directory with
+/// millions of entries runs to hundreds of MiB; past 1 GiB a frame is hostile.
+pub const MAX_BLOB: u64 = 1 << 30;
 
 thread_local! {
     /// One decompression context per thread: a restore opens tens of thousands of blobs, and
@@ -23,6 +26,11 @@ thread_local! {
 /// the header (all that ferry writes) go straight into `out`, from the buffer pool when it is
 /// too small, through this thread's context; others stream.
 fn decompress_into(data: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
+    decompress_capped(data, out, MAX_BLOB)
+}
+
+/// [`decompress_into`], refusing output past `limit`.
+fn decompress_capped(data: &[u8], out: &mut Vec<u8>, limit: u64) -> std::io::Result<()> {
     out.clear();
     match zstd::zstd_safe::get_frame_content_size(data) {
         Ok(Some(n)) if n <= BULK_MAX => UNZSTD.with(|cell| {
@@ -44,7 +52,36 @@ fn decompress_into(data: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
             }
             Ok(())
         }),
-        _ => zstd::stream::copy_decode(data, &mut *out),
+        // No size in the header, or a large one: stream, and stop past the limit.
+        _ => {
+            use std::io::Read;
+            zstd::stream::read::Decoder::new(data)?
+                .take(limit + 1)
+                .read_to_end(out)?;
+            if out.len() as u64 > limit {
+                out.clear();
+                return Err(std::io::Error::other(format!(
+                    "decompresses past {} MiB",
+                    limit >> 20
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A blob's plaintext from what its seal held: a flag byte (0 raw, 1 zstd) and the bytes.
+/// Decompressed into `scratch`, never past [`MAX_BLOB`]: a hostile frame cannot make it
+/// allocate without bound.
+pub fn unpack<'a>(body: &'a [u8], scratch: &'a mut Vec<u8>, what: &str) -> Result<&'a [u8]> {
+    match body.split_first() {
+        Some((0, rest)) => Ok(rest),
+        Some((1, rest)) => {
+            decompress_into(rest, scratch)
+                .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))?;
+            Ok(&scratch[..])
+        }
+        _ => Err(Error::Checksum(format!("{what}: unknown blob encoding"))),
     }
 }
 
@@ -74,15 +111,7 @@ pub fn with_blob<R>(
     let mut unpacked = Vec::new();
     let r = (|| {
         key.open_into(kind.sealed(), sealed, &mut body, what)?;
-        let plain = match body.split_first() {
-            Some((0, rest)) => rest,
-            Some((1, rest)) => {
-                decompress_into(rest, &mut unpacked)
-                    .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))?;
-                &unpacked[..]
-            }
-            _ => return Err(Error::Checksum(format!("{what}: unknown blob encoding"))),
-        };
+        let plain = unpack(&body, &mut unpacked, what)?;
         if key.blob_id(plain) != *id {
             return Err(Error::Checksum(format!(
                 "{what}: content does not match its id"
@@ -118,7 +147,7 @@ pub async fn load_blob(repo: &Repo, index: &Index, id: &Id) -> Result<Vec<u8>> {
 /// Reads one tree.
 pub async fn load_tree(repo: &Repo, index: &Index, id: &Id) -> Result<Tree> {
     let b = load_blob(repo, index, id).await?;
-    serde_json::from_slice(&b).map_err(|e| Error::Checksum(format!("tree {}: {e}", id.short())))
+    Tree::decode(&b, &format!("tree {}", id.short()))
 }
 
 /// Trees, served from memory when they were preloaded. Listing directories one ranged read at
@@ -157,8 +186,7 @@ async fn decode_trees(
                             .get(s..s + len as usize)
                             .ok_or_else(|| Error::Checksum(format!("{what}: pack too short")))?;
                         let plain = open_blob(&key, BlobKind::Tree, sealed, &id, &what)?;
-                        let t: Tree = serde_json::from_slice(&plain)
-                            .map_err(|e| Error::Checksum(format!("{what}: {e}")))?;
+                        let t = Tree::decode(&plain, &what)?;
                         Ok((id, t))
                     })
                     .collect::<Result<Vec<_>>>()
@@ -292,5 +320,25 @@ impl Trees {
             Some(t) => Ok((**t).clone()),
             None => load_tree(repo, index, id).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zstd_bomb_stops_at_the_limit() {
+        // 8 MiB of zeros in frames that do not say their size: streamed, cut at 1 MiB.
+        let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+        enc.include_contentsize(false).unwrap();
+        std::io::Write::write_all(&mut enc, &vec![0u8; 8 << 20]).unwrap();
+        let frame = enc.finish().unwrap();
+        let mut out = Vec::new();
+        let e = decompress_capped(&frame, &mut out, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("past 1 MiB"), "{e}");
+        assert!(out.is_empty());
+        decompress_capped(&frame, &mut out, 8 << 20).unwrap();
+        assert_eq!(out.len(), 8 << 20);
     }
 }

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
-use ferry_store::{Error, Result};
+use ferry_store::Result;
 use futures::StreamExt;
 
 use crate::blob::open_blob;
@@ -48,10 +48,7 @@ pub async fn snapshots(repo: &Repo, errors: &mut Vec<String>) -> Result<Vec<(Id,
         .await;
     let mut out = Vec::new();
     for (id, r) in loaded {
-        match r.and_then(|b| {
-            serde_json::from_slice::<Snapshot>(&b)
-                .map_err(|e| Error::Checksum(format!("snapshots/{id}: {e}")))
-        }) {
+        match r.and_then(|b| Snapshot::decode(&b, &format!("snapshots/{id}"))) {
             Ok(s) => out.push((id, s)),
             Err(e) => errors.push(e.to_string()),
         }

@@ -344,8 +344,17 @@ impl KeyFile {
         })
     }
 
-    /// The master key, if `password` opens this key file.
-    pub fn unwrap(&self, password: &[u8]) -> Result<Option<MasterKey>> {
+    /// Parses a stored key file and refuses, before any key derivation, one ferry would not
+    /// write: another KDF, costs above the caps, a salt or wrapped key that is not hex.
+    pub fn parse(body: &[u8]) -> Result<Self> {
+        let kf: KeyFile =
+            serde_json::from_slice(body).map_err(|e| Error::Invalid(format!("key file: {e}")))?;
+        kf.check()?;
+        Ok(kf)
+    }
+
+    /// The checks [`KeyFile::parse`] makes; the salt and wrapped key, decoded.
+    fn check(&self) -> Result<(Vec<u8>, Vec<u8>)> {
         let bad = |w: &str| Error::Invalid(format!("key file: bad {w}"));
         if self.kdf != "argon2id" {
             return Err(bad("kdf"));
@@ -358,6 +367,15 @@ impl KeyFile {
         }
         let salt = hex::decode(&self.salt).map_err(|_| bad("salt"))?;
         let wrapped = hex::decode(&self.wrapped).map_err(|_| bad("wrapped key"))?;
+        Params::new(self.m_cost, self.t_cost, self.p_cost, Some(32))
+            .map_err(|e| Error::Invalid(format!("key file: {e}")))?;
+        Ok((salt, wrapped))
+    }
+
+    /// The master key, if `password` opens this key file.
+    pub fn unwrap(&self, password: &[u8]) -> Result<Option<MasterKey>> {
+        let bad = |w: &str| Error::Invalid(format!("key file: bad {w}"));
+        let (salt, wrapped) = self.check()?;
         let kek = derive(password, &salt, self.m_cost, self.t_cost, self.p_cost)?;
         let Some(material) = open_with(&kek, &wrapped) else {
             return Ok(None);

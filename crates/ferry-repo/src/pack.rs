@@ -74,7 +74,8 @@ pub(crate) fn encode_entries(entries: &[Entry], out: &mut Vec<u8>) {
     }
 }
 
-pub(crate) fn decode_entries(b: &[u8], what: &str) -> Result<Vec<Entry>> {
+/// Parses a blob list (a pack header's plaintext, or one pack's part of an index file).
+pub fn decode_entries(b: &[u8], what: &str) -> Result<Vec<Entry>> {
     let bad = || Error::Checksum(format!("{what}: malformed blob list"));
     if !b.len().is_multiple_of(ENTRY_LEN) {
         return Err(bad());

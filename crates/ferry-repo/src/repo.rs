@@ -280,7 +280,7 @@ impl Repo {
     /// The key file `id`, checked against its name; not unwrapped.
     pub async fn key_file(&self, id: &Id) -> Result<KeyFile> {
         let body = self.load_raw("keys", id).await?;
-        serde_json::from_slice(&body).map_err(|e| Error::Invalid(format!("keys/{id}: {e}")))
+        KeyFile::parse(&body).map_err(|e| Error::Invalid(format!("keys/{id}: {e}")))
     }
 
     /// Removes a key file.
@@ -511,9 +511,7 @@ fn check_format(config: &Config, key: &MasterKey, url: &str) -> Result<()> {
 
 /// Unwraps a stored key file with `password`: `Ok(None)` when the password is not its.
 fn unwrap_key(body: &[u8], password: &[u8]) -> Result<Option<MasterKey>> {
-    let kf: KeyFile =
-        serde_json::from_slice(body).map_err(|e| Error::Invalid(format!("key file: {e}")))?;
-    kf.unwrap(password)
+    KeyFile::parse(body)?.unwrap(password)
 }
 
 fn show(store: &SharedStore, root: &str) -> String {

@@ -27,6 +27,13 @@ pub struct Summary {
     pub errors: u64,
 }
 
+impl Snapshot {
+    /// Parses a snapshot file's plaintext; `what` names it in the error.
+    pub fn decode(b: &[u8], what: &str) -> ferry_store::Result<Snapshot> {
+        serde_json::from_slice(b).map_err(|e| ferry_store::Error::Checksum(format!("{what}: {e}")))
+    }
+}
+
 /// One snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {

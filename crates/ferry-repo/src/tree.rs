@@ -130,3 +130,10 @@ pub struct Tree {
     /// The entries.
     pub nodes: Vec<Node>,
 }
+
+impl Tree {
+    /// Parses a tree blob's plaintext; `what` names it in the error.
+    pub fn decode(b: &[u8], what: &str) -> ferry_store::Result<Tree> {
+        serde_json::from_slice(b).map_err(|e| ferry_store::Error::Checksum(format!("{what}: {e}")))
+    }
+}

@@ -61,7 +61,9 @@ impl WalName {
         } else {
             (Kind::Segment, name)
         };
-        if stem.len() != 24 {
+        // ASCII first: a name from a store listing is anyone's, and slicing a multi-byte
+        // character at 8 or 16 would panic.
+        if stem.len() != 24 || !stem.is_ascii() {
             return Err(bad());
         }
         Ok(Self {
