@@ -9,9 +9,9 @@ pub fn config(conninfo: &str) -> Result<Config> {
     let mut c: Config = if conninfo.trim().is_empty() {
         Config::new()
     } else {
-        conninfo
-            .parse()
-            .map_err(|e| Error::Invalid(format!("bad connection string '{conninfo}': {e}")))?
+        conninfo.parse().map_err(|e| {
+            Error::Invalid(format!("bad connection string '{}': {e}", redact(conninfo)))
+        })?
     };
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     if c.get_hosts().is_empty() {
@@ -44,6 +44,61 @@ pub fn config(conninfo: &str) -> Result<Config> {
     }
     c.application_name("ferry");
     Ok(c)
+}
+
+/// True when `conninfo` carries a password (`password=` in either form, or `user:pw@` in a
+/// URL): on a command line every local user can read it in `ps`.
+pub fn has_password(conninfo: &str) -> bool {
+    redact(conninfo) != conninfo
+}
+
+/// `conninfo` with its password replaced by `***`, for messages: `password=...` (quoted or
+/// not, key=value form or a URL query) and the `user:password@` of a URL.
+pub fn redact(conninfo: &str) -> String {
+    let mut out = conninfo.to_string();
+    // URL userinfo: scheme://user:password@host
+    if let Some(start) = out.find("://").map(|i| i + 3) {
+        let rest = &out[start..];
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        if let Some(at) = rest[..end].rfind('@') {
+            if let Some(colon) = rest[..at].find(':') {
+                out.replace_range(start + colon + 1..start + at, "***");
+            }
+        }
+    }
+    // password=value, in key=value form (value quoted or not) or a URL query.
+    let mut from = 0;
+    while let Some(i) = out[from..].find("password").map(|i| i + from) {
+        let after = out[i + 8..].trim_start();
+        let Some(v) = after.strip_prefix('=') else {
+            from = i + 8;
+            continue;
+        };
+        let v = v.trim_start();
+        let vstart = out.len() - v.len();
+        let vend = if let Some(q) = v.strip_prefix('\'') {
+            // A quoted value ends at the first quote not escaped by a backslash.
+            let mut end = q.len();
+            let mut esc = false;
+            for (k, c) in q.char_indices() {
+                match (esc, c) {
+                    (true, _) => esc = false,
+                    (false, '\\') => esc = true,
+                    (false, '\'') => {
+                        end = k + 1;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            vstart + 1 + end
+        } else {
+            vstart + v.find([' ', '&', '\t']).unwrap_or(v.len())
+        };
+        out.replace_range(vstart..vend, "***");
+        from = vstart + 3;
+    }
+    out
 }
 
 /// A connected client; the connection runs on its own task.
@@ -89,6 +144,34 @@ pub fn pg_message(e: &tokio_postgres::Error) -> String {
                 src = inner.source();
             }
             s
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted_in_every_form() {
+        for (given, shown) in [
+            (
+                "host=h password=s3cret user=u",
+                "host=h password=*** user=u",
+            ),
+            (
+                "host=h password = 's3 cr\\'et' user=u",
+                "host=h password = *** user=u",
+            ),
+            ("postgres://u:s3cret@h:5/db", "postgres://u:***@h:5/db"),
+            (
+                "postgresql://u@h/db?password=s3cret&sslmode=require",
+                "postgresql://u@h/db?password=***&sslmode=require",
+            ),
+            ("host=h user=u", "host=h user=u"),
+        ] {
+            assert_eq!(redact(given), shown);
+            assert_eq!(has_password(given), given != shown);
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The `ferry` command: parses, wires, prints. The work is done by the library crates.
 
+mod argv;
 mod cli;
 mod cmd;
 mod password;
@@ -114,7 +115,12 @@ fn pin_mmap_threshold() {
 
 fn main() -> ExitCode {
     pin_mmap_threshold();
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(why) = argv::secret_on_command_line(&args) {
+        eprintln!("ferry: error: {why}");
+        return ExitCode::from(2);
+    }
+    let cli = Cli::parse_from(args);
     init_logging(
         cli.global.verbose,
         matches!(cli.command, Command::WalAgent(_)),

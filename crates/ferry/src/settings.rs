@@ -12,8 +12,8 @@ use serde::Deserialize;
 use crate::cli::{Global, WalArgs};
 use ferry_wal::push::QueuePolicy;
 
-/// The `ferry.toml` file.
-#[derive(Debug, Default, Deserialize)]
+/// The `ferry.toml` file. Not `Debug`: it may hold secret keys.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     concurrency: Option<usize>,
@@ -31,7 +31,8 @@ struct File {
     azure: AzureFile,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Not `Debug`: it holds a secret key.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct S3File {
     endpoint: Option<String>,
@@ -40,7 +41,8 @@ struct S3File {
     secret_access_key: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Not `Debug`: it holds an account key.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AzureFile {
     connection_string: Option<String>,

@@ -57,7 +57,7 @@ fn http_client(opts: &ClientOptions) -> Result<HttpClient> {
 
 /// S3 settings; [`S3Config::from_env`] reads `AWS_ENDPOINT_URL`, `AWS_REGION`,
 /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and `AWS_CA_BUNDLE`.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct S3Config {
     /// Endpoint URL (`http://127.0.0.1:9000`); AWS when unset.
     pub endpoint: Option<String>,
@@ -192,7 +192,7 @@ impl S3Extra {
 
 /// Azure settings; [`AzureConfig::from_env`] reads `AZURE_STORAGE_CONNECTION_STRING`, or
 /// `AZURE_STORAGE_ACCOUNT` with `AZURE_STORAGE_KEY` (and `AZURE_STORAGE_ENDPOINT`).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct AzureConfig {
     /// Storage account name.
     pub account: Option<String>,
@@ -286,5 +286,56 @@ impl AzureConfig {
             credential,
         )?;
         Ok((az, writer))
+    }
+}
+
+/// `***` for a secret that is set: configs are printed in debug output, secrets never.
+fn hidden(s: &Option<String>) -> Option<&'static str> {
+    s.as_ref().map(|_| "***")
+}
+
+impl std::fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Config")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &hidden(&self.secret_access_key))
+            .field("session_token", &hidden(&self.session_token))
+            .field("ca_cert", &self.ca_cert)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for AzureConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AzureConfig")
+            .field("account", &self.account)
+            .field("key", &hidden(&self.key))
+            .field("endpoint", &self.endpoint)
+            .field("ca_cert", &self.ca_cert)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_secrets() {
+        let s = S3Config {
+            secret_access_key: Some("hunter2".into()),
+            session_token: Some("tok3n".into()),
+            ..Default::default()
+        };
+        let a = AzureConfig::from_connection_string("AccountName=a;AccountKey=hunter2");
+        for shown in [format!("{s:?}"), format!("{a:?}")] {
+            assert!(
+                !shown.contains("hunter2") && !shown.contains("tok3n"),
+                "{shown}"
+            );
+            assert!(shown.contains("***"), "{shown}");
+        }
     }
 }

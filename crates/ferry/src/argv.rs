@@ -1,0 +1,62 @@
+//! Secrets never ride on the command line: every local user can read a process's arguments
+//! (`ps`, `/proc/<pid>/cmdline`). The flags that could carry one are refused when they do,
+//! before anything runs, naming where the secret belongs instead.
+
+use std::ffi::OsString;
+
+/// Why the command line `args` must be refused, if it holds a secret.
+pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    for (i, a) in args.iter().enumerate() {
+        let value = |flag: &str| {
+            a.strip_prefix(&format!("{flag}="))
+                .map(str::to_string)
+                .or_else(|| (a == flag).then(|| args.get(i + 1).cloned().unwrap_or_default()))
+        };
+        if value("--azure-connection-string").is_some() {
+            return Some(
+                "--azure-connection-string on the command line is readable by every local user: \
+                 set FERRY_AZURE_CONNECTION_STRING or AZURE_STORAGE_CONNECTION_STRING instead"
+                    .into(),
+            );
+        }
+        if let Some(c) = value("--conninfo").filter(|c| ferry_pg::conn::has_password(c)) {
+            return Some(format!(
+                "--conninfo '{}' holds a password, readable by every local user on the command \
+                 line: set PGPASSWORD (or FERRY_PG_CONNINFO) instead",
+                ferry_pg::conn::redact(&c)
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(args: &[&str]) -> Option<String> {
+        let v: Vec<OsString> = args.iter().map(OsString::from).collect();
+        secret_on_command_line(&v)
+    }
+
+    #[test]
+    fn secrets_in_flags_are_refused_and_not_repeated() {
+        let e = check(&[
+            "ferry",
+            "pg",
+            "backup",
+            "--conninfo",
+            "host=h password=hunter2",
+        ]);
+        let e = e.expect("refused");
+        assert!(e.contains("PGPASSWORD") && !e.contains("hunter2"), "{e}");
+        assert!(check(&["ferry", "--conninfo=postgres://u:hunter2@h/db"]).is_some());
+        assert!(check(&["ferry", "--azure-connection-string", "AccountKey=x"]).is_some());
+        assert!(check(&["ferry", "pg", "backup", "--conninfo", "host=h user=u"]).is_none());
+        assert!(check(&["ferry", "cp", "a", "b"]).is_none());
+    }
+}
