@@ -2,14 +2,18 @@
 //! `PGUSER`, `PGDATABASE` and `PGPASSWORD` filling in what it leaves out.
 
 use ferry_store::{Error, Result};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
 
-/// The configuration `conninfo` (may be empty) and the environment give.
-pub fn config(conninfo: &str) -> Result<Config> {
-    let mut c: Config = if conninfo.trim().is_empty() {
+use crate::tls::{self, Tls};
+
+/// The configuration `conninfo` (may be empty) and the environment give, and its TLS
+/// settings (docs/pg.md: `sslmode`, `sslrootcert`).
+pub fn config(conninfo: &str) -> Result<(Config, Tls)> {
+    let (rest, tls) = tls::split(conninfo)?;
+    let mut c: Config = if rest.trim().is_empty() {
         Config::new()
     } else {
-        conninfo.parse().map_err(|e| {
+        rest.parse().map_err(|e| {
             Error::Invalid(format!("bad connection string '{}': {e}", redact(conninfo)))
         })?
     };
@@ -43,7 +47,8 @@ pub fn config(conninfo: &str) -> Result<Config> {
         }
     }
     c.application_name("ferry");
-    Ok(c)
+    c.ssl_mode(tls.ssl_mode());
+    Ok((c, tls))
 }
 
 /// True when `conninfo` carries a password (`password=` in either form, or `user:pw@` in a
@@ -103,8 +108,8 @@ pub fn redact(conninfo: &str) -> String {
 
 /// A connected client; the connection runs on its own task.
 pub async fn connect(conninfo: &str) -> Result<Client> {
-    let cfg = config(conninfo)?;
-    let (client, conn) = cfg.connect(NoTls).await.map_err(|e| {
+    let (cfg, tls) = config(conninfo)?;
+    let (client, conn) = cfg.connect(tls.connector()?).await.map_err(|e| {
         Error::Invalid(format!(
             "cannot connect to PostgreSQL ({}): {}",
             describe(&cfg),

@@ -15,6 +15,7 @@ pub mod lsn;
 pub mod record;
 pub mod restore;
 pub mod target;
+pub mod tls;
 pub mod verify;
 pub mod walview;
 

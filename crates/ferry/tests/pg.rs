@@ -495,3 +495,149 @@ fn pg_restore_replaces_links_planted_in_pgdata() {
     pg.wait_recovery_done(T).unwrap();
     assert_eq!(ids(&pg), "1");
 }
+
+/// `openssl` with `args` in `dir`, insisting on success.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    assert!(out.status.success(), "openssl {args:?}: {}", stderr(&out));
+}
+
+/// A CA, a server certificate it signed for IP 127.0.0.1 only, and an unrelated CA.
+fn certificates(dir: &Path) {
+    for ca in ["ca", "other"] {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={ca}"),
+                "-keyout",
+                &format!("{ca}.key"),
+                "-out",
+                &format!("{ca}.crt"),
+            ],
+        );
+    }
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=pg",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    std::fs::write(dir.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+            "-out",
+            "server.crt",
+        ],
+    );
+    std::fs::set_permissions(
+        dir.join("server.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+}
+
+/// `pg backup` speaks TLS as libpq does: `require` refuses a server without TLS; with TLS
+/// the only way in (hostssl), `verify-full` takes the right CA and refuses another CA and
+/// a host name the certificate does not hold, which `verify-ca` forgives.
+#[test]
+fn pg_backup_over_tls_checks_the_server_as_libpq_does() {
+    let Some(rig) = rig() else { return };
+    let tcp = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        rig.pg.port()
+    );
+    let run = |conninfo: &str| rig.ferry(&["--json", "pg", "backup", "--conninfo", conninfo], &[]);
+    let refused = |conninfo: &str, needle: &str| {
+        let out = run(conninfo);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{conninfo}: succeeded");
+        assert!(
+            err.contains(needle),
+            "{conninfo}: stderr lacks '{needle}': {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
+    };
+    refused(&format!("{tcp} sslmode=require"), "TLS");
+
+    let dir = rig.pg.make_dir("tls");
+    certificates(&dir);
+    ferry_testkit::pg::chown_to_pg(&dir);
+    let at = |f: &str| dir.join(f).display().to_string();
+    rig.pg.append_conf(&[
+        "ssl = on",
+        &format!("ssl_cert_file = '{}'", at("server.crt")),
+        &format!("ssl_key_file = '{}'", at("server.key")),
+    ]);
+    // TCP only with TLS: a backup that gets in was encrypted.
+    std::fs::write(
+        rig.pg.data_dir().join("pg_hba.conf"),
+        "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+    )
+    .unwrap();
+    rig.pg.reload();
+    std::thread::sleep(Duration::from_millis(500));
+    refused(&format!("{tcp} sslmode=disable"), "PostgreSQL");
+
+    let ok = |conninfo: &str| {
+        let out = run(conninfo);
+        assert!(out.status.success(), "{conninfo}: {}", stderr(&out));
+    };
+    ok(&format!(
+        "{tcp} sslmode=verify-full sslrootcert={}",
+        at("ca.crt")
+    ));
+    refused(
+        &format!("{tcp} sslmode=verify-full sslrootcert={}", at("other.crt")),
+        "certificate",
+    );
+    let by_name = tcp.replace("127.0.0.1", "localhost");
+    refused(
+        &format!("{by_name} sslmode=verify-full sslrootcert={}", at("ca.crt")),
+        "certificate",
+    );
+    ok(&format!(
+        "postgresql://postgres@localhost:{}/postgres?sslmode=verify-ca&sslrootcert={}",
+        rig.pg.port(),
+        at("ca.crt")
+    ));
+    refused(&format!("{tcp} sslmode=verify-ca"), "root certificate");
+}
