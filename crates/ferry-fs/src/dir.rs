@@ -545,6 +545,61 @@ impl Dir {
         done
     }
 
+    /// The status of the entry `name` itself (a symlink is not followed); `None` when there
+    /// is none.
+    pub fn lstat(&self, name: &[u8]) -> io::Result<Option<libc::stat>> {
+        let c = entry(name)?;
+        // SAFETY: an all-zero stat is valid; fstatat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: self.fd is open, c NUL-terminated, st writable.
+        let rc = unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        match rc {
+            0 => Ok(Some(st)),
+            _ => match io::Error::last_os_error() {
+                e if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+                e => Err(e),
+            },
+        }
+    }
+
+    /// The names in this directory (not `.` and `..`). Read through the descriptor's
+    /// `/proc/self/fd` link, which names the open directory itself, not a path.
+    pub fn entries(&self) -> io::Result<Vec<Vec<u8>>> {
+        std::fs::read_dir(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))?
+            .map(|e| e.map(|e| e.file_name().as_bytes().to_vec()))
+            .collect()
+    }
+
+    /// Removes the entry `name` and, when it is a directory, everything in it: each
+    /// directory entered by descriptor, never through a symlink (a link is removed, never
+    /// what it points to). A directory swapped for a link midway fails to open: an error,
+    /// nothing outside touched.
+    pub fn remove_tree(&self, name: &[u8]) -> io::Result<()> {
+        let c = entry(name)?;
+        let Some(st) = self.lstat(name)? else {
+            return Ok(());
+        };
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            let sub = self.open_dir_c(&c)?;
+            for n in sub.entries()? {
+                sub.remove_tree(&n)?;
+            }
+            // SAFETY: self.fd is open, c NUL-terminated; only an empty directory goes.
+            return check(unsafe {
+                libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR)
+            })
+            .map(drop);
+        }
+        self.unlink(&c)
+    }
+
     /// Makes `name` a hard link to the entry `from` of `dir` (never following a symlink
     /// there), replacing whatever `name` was.
     pub fn hard_link(&self, dir: &Dir, from: &[u8], name: &[u8]) -> io::Result<()> {

@@ -114,3 +114,27 @@ fn a_directory_others_may_write_is_not_private() {
     Dir::open_root(&d).unwrap().check_private(&d).unwrap();
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn remove_tree_removes_links_never_what_they_point_to() {
+    let d = scratch("rmtree");
+    let outside = d.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let v = victim(&outside);
+    let t = d.join("target");
+    std::fs::create_dir_all(t.join("x/y")).unwrap();
+    std::fs::write(t.join("x/y/f"), b"gone").unwrap();
+    std::os::unix::fs::symlink(&outside, t.join("x/dirlink")).unwrap();
+    std::os::unix::fs::symlink(&v, t.join("x/y/filelink")).unwrap();
+    std::os::unix::fs::symlink(&outside, t.join("toplink")).unwrap();
+    let root = Dir::open_root(&t).unwrap();
+    assert_eq!(root.entries().unwrap().len(), 2);
+    root.remove_tree(b"x").unwrap();
+    root.remove_tree(b"toplink").unwrap();
+    root.remove_tree(b"absent").unwrap();
+    assert!(root.entries().unwrap().is_empty());
+    kept(&v);
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+    assert!(root.lstat(b"x").unwrap().is_none());
+    std::fs::remove_dir_all(d).unwrap();
+}

@@ -6,11 +6,14 @@
 //! snapshot are checked, links in the target are never followed (docs/security.md).
 
 mod entry;
+mod select;
 
-use std::collections::HashMap;
+pub use select::Select;
+
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsString};
 use std::fs;
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -48,6 +51,23 @@ pub struct Restored {
     pub bytes: u64,
     /// Files that could not be restored, with why.
     pub errors: Vec<String>,
+    /// Entries left as they were (`--overwrite never` or `if-changed`).
+    pub skipped: u64,
+    /// Entries removed because the snapshot does not hold them (`--delete`).
+    pub deleted: u64,
+}
+
+/// What a restore does with an entry already in the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overwrite {
+    /// Replace it (as restic does by default).
+    #[default]
+    Always,
+    /// Leave a regular file whose size, mtime, mode and (on a root restore) owner match the
+    /// snapshot's; replace anything else.
+    IfChanged,
+    /// Leave anything that exists; directories are entered all the same.
+    Never,
 }
 
 /// What to restore, and how.
@@ -58,6 +78,13 @@ pub struct Options {
     /// Devices, FIFOs, setuid/setgid bits and file capabilities as stored (`false`:
     /// `--no-special` leaves them out).
     pub special: bool,
+    /// `--include` / `--exclude` patterns.
+    pub select: Select,
+    /// What to do with entries already there.
+    pub overwrite: Overwrite,
+    /// Remove what the target holds and the snapshot does not, in the directories restored
+    /// whole (with include patterns or paths, only within what they select).
+    pub delete: bool,
 }
 
 impl Default for Options {
@@ -65,6 +92,9 @@ impl Default for Options {
         Options {
             include: Vec::new(),
             special: true,
+            select: Select::default(),
+            overwrite: Overwrite::Always,
+            delete: false,
         }
     }
 }
@@ -84,15 +114,29 @@ impl Item {
     }
 }
 
-/// Every entry of the snapshot under `include` (all when empty), parents before children;
-/// and the entries refused for their names (with their subtrees), as errors.
+/// What [`walk`] found.
+struct Walked {
+    items: Vec<Item>,
+    /// Entries refused for their names (with their subtrees), as errors.
+    refused: Vec<String>,
+    /// Per item: selected whole (not only a parent of something selected).
+    whole: Vec<bool>,
+    /// With `--delete`: the names each directory holds in the snapshot (by its path below
+    /// the target; the target itself is ""), excluded ones included.
+    known: HashMap<PathBuf, HashSet<Vec<u8>>>,
+}
+
+/// Every entry of the snapshot under `include` (all when empty) that `select` selects, and
+/// the directories above them, parents before children.
 async fn walk(
     repo: &Repo,
     index: &Index,
     trees: &crate::blob::Trees,
     root: Id,
     include: &[PathBuf],
-) -> Result<(Vec<Item>, Vec<String>)> {
+    select: &Select,
+    delete: bool,
+) -> Result<Walked> {
     let wanted = |rel: &Path| {
         include.is_empty()
             || include
@@ -100,19 +144,28 @@ async fn walk(
                 .any(|inc| rel.starts_with(inc) || inc.starts_with(rel))
     };
     let mut items = Vec::new();
+    let mut whole = Vec::new();
+    let mut known: HashMap<PathBuf, HashSet<Vec<u8>>> = HashMap::new();
     let mut refused = Vec::new();
-    let mut level: Vec<(PathBuf, Option<u32>, Id)> = vec![(PathBuf::new(), None, root)];
+    // (path, parent item, tree, selected whole because an ancestor matched)
+    let mut level: Vec<(PathBuf, Option<u32>, Id, bool)> =
+        vec![(PathBuf::new(), None, root, !select.narrows())];
     while !level.is_empty() {
         let trees: Vec<_> = futures::stream::iter(level)
-            .map(
-                |(rel, parent, id)| async move { (rel, parent, trees.get(repo, index, &id).await) },
-            )
+            .map(|(rel, parent, id, inc)| async move {
+                (rel, parent, inc, trees.get(repo, index, &id).await)
+            })
             .buffered(READ_AHEAD)
             .collect()
             .await;
         let mut next = Vec::new();
-        for (rel, parent, tree) in trees {
-            for node in tree?.nodes {
+        for (rel, parent, inc, tree) in trees {
+            let tree = tree?;
+            if delete {
+                let names = tree.nodes.iter().filter_map(|n| n.checked_name().ok());
+                known.insert(rel.clone(), names.collect());
+            }
+            for node in tree.nodes {
                 let name = match node.checked_name() {
                     Ok(n) => n,
                     Err(e) => {
@@ -121,16 +174,21 @@ async fn walk(
                     }
                 };
                 let child = rel.join(OsString::from_vec(name));
-                if !wanted(&child) {
+                let abs = Path::new("/").join(&child);
+                if !wanted(&child) || select.excluded(&abs) {
                     continue;
                 }
+                let inc = inc || select.included(&abs);
                 if node.kind == NodeKind::Dir {
                     if let Some(sub) = node.subtree {
                         let me = u32::try_from(items.len())
                             .map_err(|_| Error::Invalid("more than 2^32 entries".into()))?;
-                        next.push((child.clone(), Some(me), sub));
+                        next.push((child.clone(), Some(me), sub, inc));
                     }
+                } else if !inc {
+                    continue; // not selected, and no place for anything selected
                 }
+                whole.push(inc);
                 items.push(Item {
                     rel: child,
                     parent,
@@ -140,7 +198,107 @@ async fn walk(
         }
         level = next;
     }
-    Ok((items, refused))
+    if select.narrows() {
+        (items, whole) = keep_selected(items, whole);
+    }
+    Ok(Walked {
+        items,
+        refused,
+        whole,
+        known,
+    })
+}
+
+/// The items selected whole and the directories above them, parents renumbered: a
+/// directory that holds nothing selected is not restored.
+fn keep_selected(items: Vec<Item>, whole: Vec<bool>) -> (Vec<Item>, Vec<bool>) {
+    let mut keep = whole.clone();
+    // Children come after their parents: one pass from the end carries "keep" upwards.
+    for i in (0..items.len()).rev() {
+        if let (true, Some(p)) = (keep[i], items[i].parent) {
+            keep[p as usize] = true;
+        }
+    }
+    let mut renumber = vec![0u32; items.len()];
+    let (mut kept, mut kept_whole) = (Vec::new(), Vec::new());
+    for (i, (mut it, w)) in items.into_iter().zip(whole).enumerate() {
+        if !keep[i] {
+            continue;
+        }
+        renumber[i] = kept.len() as u32;
+        it.parent = it.parent.map(|p| renumber[p as usize]);
+        kept.push(it);
+        kept_whole.push(w);
+    }
+    (kept, kept_whole)
+}
+
+/// True when the entry already at `it`'s place stays as it is (`--overwrite`).
+fn leave(dir: &Dir, it: &Item, how: Overwrite, owner: bool, special: bool) -> bool {
+    let Ok(Some(st)) = dir.lstat(it.name()) else {
+        return false;
+    };
+    let n = &it.node;
+    match how {
+        Overwrite::Always => false,
+        Overwrite::Never => true,
+        Overwrite::IfChanged => {
+            let m = meta(n, special);
+            n.kind == NodeKind::File
+                && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && st.st_size as u64 == n.size
+                && st.st_mtime * 1_000_000_000 + st.st_mtime_nsec == n.mtime
+                && st.st_mode & 0o7777 == m.mode & 0o7777
+                && (!owner || (st.st_uid == n.uid && st.st_gid == n.gid))
+        }
+    }
+}
+
+/// `--delete`: in every directory restored whole (the target itself when nothing narrows
+/// the restore), removes what the snapshot's tree does not name, but for what an exclude
+/// pattern matches. Returns how many entries went, and what could not be removed.
+fn delete_extra(
+    places: &Places,
+    items: &[Item],
+    selected: &[bool],
+    known: &HashMap<PathBuf, HashSet<Vec<u8>>>,
+    include: &[PathBuf],
+    select: &Select,
+) -> (u64, Vec<String>) {
+    let within = |rel: &Path| include.is_empty() || include.iter().any(|i| rel.starts_with(i));
+    let mut dirs: Vec<(&Dir, &Path)> = Vec::new();
+    if include.is_empty() && !select.narrows() {
+        dirs.push((&places.root, Path::new("")));
+    }
+    for (i, it) in items.iter().enumerate() {
+        if let (Some(d), true, true) = (&places.dirs[i], selected[i], within(&it.rel)) {
+            dirs.push((d, &it.rel));
+        }
+    }
+    let (mut deleted, mut errors) = (0, Vec::new());
+    for (dir, rel) in dirs {
+        let Some(names) = known.get(rel) else {
+            continue;
+        };
+        let entries = match dir.entries() {
+            Ok(e) => e,
+            Err(e) => {
+                errors.push(format!("/{}: --delete: {e}", rel.display()));
+                continue;
+            }
+        };
+        for name in entries.into_iter().filter(|n| !names.contains(n)) {
+            let path = rel.join(std::ffi::OsStr::from_bytes(&name));
+            if select.excluded(&Path::new("/").join(&path)) {
+                continue;
+            }
+            match dir.remove_tree(&name) {
+                Ok(()) => deleted += 1,
+                Err(e) => errors.push(format!("/{}: --delete: {e}", path.display())),
+            }
+        }
+    }
+    (deleted, errors)
 }
 
 /// A temp file: its name, and its (device, inode).
@@ -331,8 +489,23 @@ pub async fn restore(
         .map(|p| p.strip_prefix("/").unwrap_or(p).to_path_buf())
         .collect();
     let trees = crate::blob::Trees::preload(&repo, &index, crate::blob::PRELOAD_MAX).await?;
-    let (items, refused) = walk(&repo, &index, &trees, snap.tree, &include).await?;
+    let walked = walk(
+        &repo,
+        &index,
+        &trees,
+        snap.tree,
+        &include,
+        &opts.select,
+        opts.delete,
+    )
+    .await?;
     drop(trees);
+    let Walked {
+        items,
+        refused,
+        whole: selected,
+        known,
+    } = walked;
     if !include.is_empty() && items.is_empty() {
         return Err(Error::NotFound(format!("{include:?}: not in the snapshot")));
     }
@@ -360,8 +533,19 @@ pub async fn restore(
     // several blobs are made on all cores; links and special files come after all content.
     let mut make = Vec::new();
     let mut others = Vec::new();
+    let mut left = HashSet::new();
     for (i, it) in items.iter().enumerate() {
         let n = &it.node;
+        // Only asked when not overwriting: the default path makes no extra call per entry.
+        if n.kind != NodeKind::Dir && opts.overwrite != Overwrite::Always {
+            if let Some(dir) = places.parent(&items, i) {
+                if leave(dir, it, opts.overwrite, owner, special) {
+                    out.skipped += 1;
+                    left.insert(i);
+                    continue;
+                }
+            }
+        }
         match n.kind {
             NodeKind::Dir => {
                 out.dirs += 1;
@@ -521,7 +705,7 @@ pub async fn restore(
                 let _ = dir.remove(name);
             }
             out.errors.push(format!("/{}: {why}", it.rel.display()));
-        } else if it.node.kind == NodeKind::File && !whole[i] {
+        } else if it.node.kind == NodeKind::File && !whole[i] && !left.contains(&i) {
             finish.push(i);
         }
     }
@@ -571,6 +755,11 @@ pub async fn restore(
         if let Err(e) = linked {
             out.errors.push(format!("/{}: {e}", b.rel.display()));
         }
+    }
+    if opts.delete {
+        let done = delete_extra(&places, &items, &selected, &known, &include, &opts.select);
+        out.deleted += done.0;
+        out.errors.extend(done.1);
     }
     // Directories last, deepest first: writing into them changed their mtime, and their
     // final mode may let others in.

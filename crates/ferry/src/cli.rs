@@ -249,6 +249,31 @@ pub struct RestoreArgs {
     /// otherwise recreates them as stored).
     #[arg(long)]
     pub no_special: bool,
+    /// What to do with an entry already in the target: replace it (always), leave a file
+    /// whose size, mtime, mode and owner match (if-changed), or leave it (never).
+    #[arg(long, value_enum, default_value_t = OverwriteArg::Always)]
+    pub overwrite: OverwriteArg,
+    /// Remove what the target holds and the snapshot does not (within what is selected).
+    #[arg(long)]
+    pub delete: bool,
+    /// Restore only what matches (and the directories above it): `*` within a name, `**`
+    /// across directories, a leading `/` anchors at the snapshot's root. Repeatable.
+    #[arg(long, value_name = "PATTERN")]
+    pub include: Vec<String>,
+    /// Leave out what matches, and everything below it. Repeatable.
+    #[arg(long, value_name = "PATTERN")]
+    pub exclude: Vec<String>,
+}
+
+/// `restore --overwrite`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OverwriteArg {
+    /// Replace whatever is there.
+    Always,
+    /// Leave a file whose size, mtime, mode and owner match the snapshot's.
+    IfChanged,
+    /// Leave anything already there.
+    Never,
 }
 
 /// `ferry check`.

@@ -15,7 +15,7 @@ use ferry_repo::walk::ReadAhead;
 use ferry_repo::{Id, Repo};
 use ferry_transfer::{Engine, Progress};
 
-use crate::cli::{BackupArgs, Global, RestoreArgs};
+use crate::cli::{BackupArgs, Global, OverwriteArg, RestoreArgs};
 use crate::cmd::repo::{find, list, locked, open};
 use crate::places::Stores;
 use crate::progress::Bar;
@@ -336,9 +336,17 @@ pub async fn restore(
     let progress = BarProgress::new(out);
     progress.bar.add_total(snap.summary.total_bytes);
     // Shared lock: a prune must not delete packs while they are read.
-    let opts = ferry_repo::restorer::Options {
+    use ferry_repo::restorer::{Options, Overwrite, Select};
+    let opts = Options {
         include: args.paths.clone(),
         special: !args.no_special,
+        select: Select::new(&args.include, &args.exclude)?,
+        overwrite: match args.overwrite {
+            OverwriteArg::Always => Overwrite::Always,
+            OverwriteArg::IfChanged => Overwrite::IfChanged,
+            OverwriteArg::Never => Overwrite::Never,
+        },
+        delete: args.delete,
     };
     let work = ferry_repo::restorer::restore(
         repo.clone(),
@@ -355,16 +363,25 @@ pub async fn restore(
         println!(
             "{}",
             serde_json::json!({"snapshot": id, "files": done.files, "dirs": done.dirs,
-                "bytes": done.bytes, "seconds": secs, "errors": done.errors})
+                "bytes": done.bytes, "seconds": secs, "errors": done.errors,
+                "skipped": done.skipped, "deleted": done.deleted})
         );
     } else {
         eprintln!(
-            "restored snapshot {} to {}: {} files, {} directories, {:.1} MB in {secs:.1}s",
+            "restored snapshot {} to {}: {} files, {} directories, {:.1} MB in {secs:.1}s{}{}",
             id.short(),
             args.target.display(),
             done.files,
             done.dirs,
-            done.bytes as f64 / 1e6
+            done.bytes as f64 / 1e6,
+            match done.skipped {
+                0 => String::new(),
+                n => format!("; {n} left as they were"),
+            },
+            match done.deleted {
+                0 => String::new(),
+                n => format!("; {n} deleted"),
+            },
         );
     }
     if !done.errors.is_empty() {
