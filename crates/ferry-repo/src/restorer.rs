@@ -114,6 +114,31 @@ impl Item {
     }
 }
 
+/// Memory one restored entry takes while the restore runs, counted generously (the item, its
+/// path and node, its directory and temp slots): the bound below divides free memory by it.
+const ENTRY_MEMORY: u64 = 1024;
+
+/// The most entries a restore takes on: `FERRY_RESTORE_MAX_ENTRIES`, else what half the free
+/// memory holds. A password holder can write trees that share subtrees at every level, so
+/// that a few kilobytes of trees name 2^40 entries; the walk stops at this bound instead of
+/// taking all memory.
+fn max_entries() -> u64 {
+    if let Some(n) = std::env::var("FERRY_RESTORE_MAX_ENTRIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    let free_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .unwrap_or(8 << 20);
+    (free_kib * 1024 / 2 / ENTRY_MEMORY).max(1_000_000)
+}
+
 /// What [`walk`] found.
 struct Walked {
     items: Vec<Item>,
@@ -143,6 +168,7 @@ async fn walk(
                 .iter()
                 .any(|inc| rel.starts_with(inc) || inc.starts_with(rel))
     };
+    let limit = max_entries();
     let mut items = Vec::new();
     let mut whole = Vec::new();
     let mut known: HashMap<PathBuf, HashSet<Vec<u8>>> = HashMap::new();
@@ -187,6 +213,13 @@ async fn walk(
                     }
                 } else if !inc {
                     continue; // not selected, and no place for anything selected
+                }
+                if items.len() as u64 >= limit {
+                    return Err(Error::Invalid(format!(
+                        "the snapshot names more than {limit} entries, more than half this \
+                         host's free memory holds while restoring (FERRY_RESTORE_MAX_ENTRIES \
+                         raises the bound); trees that share subtrees level after level do this"
+                    )));
                 }
                 whole.push(inc);
                 items.push(Item {

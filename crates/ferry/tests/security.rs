@@ -242,6 +242,12 @@ fn hex_of(s: &str) -> String {
 /// Writes a new snapshot whose root tree is the latest one's after `edit`: what a holder of
 /// the password can do, through the library as any other program would.
 fn forge(repo_dir: &Path, edit: impl FnOnce(&mut Vec<ferry_repo::tree::Node>)) {
+    forge_levels(repo_dir, 0, edit);
+}
+
+/// [`forge`], then `levels` times a tree of two directories `a` and `b` that both hold the
+/// tree before: 2^levels copies of the edited listing from a few kilobytes of trees.
+fn forge_levels(repo_dir: &Path, levels: u32, edit: impl FnOnce(&mut Vec<ferry_repo::tree::Node>)) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let key = repo_dir.to_str().unwrap().trim_start_matches('/');
@@ -269,8 +275,23 @@ fn forge(repo_dir: &Path, edit: impl FnOnce(&mut Vec<ferry_repo::tree::Node>)) {
         }
         let mut nodes = tree.nodes;
         edit(&mut nodes);
+        let dir = nodes
+            .iter()
+            .find(|n| n.subtree.is_some())
+            .cloned()
+            .expect("a directory to copy");
         let arch = Archiver::new(repo.clone(), index, Trees::default(), Arc::new(Quiet));
-        let root = arch.save_tree(nodes).await.unwrap();
+        let mut root = arch.save_tree(nodes).await.unwrap();
+        for _ in 0..levels {
+            let twice = ["a", "b"]
+                .map(|name| ferry_repo::tree::Node {
+                    name: name.into(),
+                    subtree: Some(root),
+                    ..dir.clone()
+                })
+                .to_vec();
+            root = arch.save_tree(twice).await.unwrap();
+        }
         arch.commit(root, vec!["/forged".into()], None, Vec::new(), None)
             .await
             .unwrap();
@@ -553,5 +574,31 @@ fn swapped_and_foreign_repository_files_are_named_by_check() {
     std::fs::rename(&hidden, ra.join("keys")).unwrap();
     assert_eq!(stored(&ra, "keys"), keys);
     a.ok(&["check"]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The password holder: trees that share their subtree at every level name 2^24 entries
+/// in 24 small trees. The restore stops at its bound with one line, having written only a
+/// bounded number of directories.
+#[test]
+fn trees_sharing_subtrees_exponentially_are_refused_at_a_bound() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("sec-share");
+    let repo = Repo::local(&dir);
+    let src = user_source(&dir);
+    repo.ok(&["init"]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    forge_levels(&PathBuf::from(&repo.url), 24, |_| {});
+    let target = dir.join("target");
+    let out = repo.run(
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+        &[("FERRY_RESTORE_MAX_ENTRIES", "100000")],
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(err.contains("more than 100000 entries"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
