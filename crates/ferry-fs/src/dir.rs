@@ -363,10 +363,24 @@ impl Dir {
         Err(e)
     }
 
-    /// Writes the open file's metadata through its descriptor and gives it its name.
-    pub fn finish(&self, t: &Temp, to: &[u8], m: &Meta, owner: bool) -> io::Result<()> {
-        set_meta_fd(t.file.as_raw_fd(), m, owner)?;
-        self.rename(&t.name, to)
+    /// Finishes the temp file `name` (open as `file`): its metadata through the descriptor
+    /// first, so that nobody sees it under its name before its mode is final, then the name
+    /// `to`. A failed rename removes the temp file (the outer error). A file whose metadata
+    /// could not be set still takes its name, and the inner error says why.
+    pub fn finish(
+        &self,
+        file: &File,
+        name: &CStr,
+        to: &[u8],
+        m: &Meta,
+        owner: bool,
+    ) -> io::Result<io::Result<()>> {
+        let meta = set_meta_fd(file.as_raw_fd(), m, owner);
+        if let Err(e) = self.rename(name, to) {
+            let _ = self.unlink(name);
+            return Err(e);
+        }
+        Ok(meta)
     }
 
     /// Replaces the file `name` with `data`: a private temp file, written, fsynced, given

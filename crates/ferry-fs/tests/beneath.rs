@@ -96,7 +96,9 @@ fn temp_files_are_private_and_bad_names_refused() {
         ..Meta::default()
     };
     let t = root.create_temp().unwrap();
-    root.finish(&t, b"done", &m, false).unwrap();
+    root.finish(&t.file, &t.name, b"done", &m, false)
+        .unwrap()
+        .unwrap();
     let md = std::fs::metadata(d.join("done")).unwrap();
     assert_eq!(
         (md.mode() & 0o7777, md.mtime(), md.mtime_nsec()),

@@ -754,12 +754,9 @@ pub async fn restore(
             .ok_or((i, format!("/{}: {NO_PARENT}", it.rel.display())))?;
         let (name, id) = pl.temp(i).expect("made, or damaged");
         let file = dir.open_temp(name, *id).map_err(fail)?;
-        let meta = ferry_fs::set_meta(&file, &meta(&it.node, special), owner);
-        dir.rename(name, it.name()).map_err(|e| {
-            let _ = dir.remove(name);
-            fail(e)
-        })?;
-        meta.map_err(|e| (i, format!("/{}: metadata: {e}", it.rel.display())))
+        dir.finish(&file, name, it.name(), &meta(&it.node, special), owner)
+            .map_err(fail)?
+            .map_err(|e| (i, format!("/{}: metadata: {e}", it.rel.display())))
     })
     .await?;
     out.errors.extend(finished.into_iter().map(|(_, m)| m));

@@ -275,11 +275,7 @@ fn forge_levels(repo_dir: &Path, levels: u32, edit: impl FnOnce(&mut Vec<ferry_r
         }
         let mut nodes = tree.nodes;
         edit(&mut nodes);
-        let dir = nodes
-            .iter()
-            .find(|n| n.subtree.is_some())
-            .cloned()
-            .expect("a directory to copy");
+        let dir = nodes.iter().find(|n| n.subtree.is_some()).cloned();
         let arch = Archiver::new(repo.clone(), index, Trees::default(), Arc::new(Quiet));
         let mut root = arch.save_tree(nodes).await.unwrap();
         for _ in 0..levels {
@@ -287,7 +283,7 @@ fn forge_levels(repo_dir: &Path, levels: u32, edit: impl FnOnce(&mut Vec<ferry_r
                 .map(|name| ferry_repo::tree::Node {
                     name: name.into(),
                     subtree: Some(root),
-                    ..dir.clone()
+                    ..dir.clone().expect("a directory to copy")
                 })
                 .to_vec();
             root = arch.save_tree(twice).await.unwrap();

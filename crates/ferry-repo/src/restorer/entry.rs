@@ -98,12 +98,7 @@ pub(super) fn write_whole(
         let _ = dir.remove(&t.name);
         return Err(Failed::Content(e));
     }
-    // Metadata before the name: nobody sees the file before its mode is final. A file whose
-    // metadata cannot be set still takes its name, and is reported.
-    let meta = ferry_fs::set_meta(&t.file, &meta(n, special), owner);
-    dir.rename(&t.name, name).map_err(|e| {
-        let _ = dir.remove(&t.name);
-        Failed::Content(e)
-    })?;
-    meta.map_err(Failed::Meta)
+    dir.finish(&t.file, &t.name, name, &meta(n, special), owner)
+        .map_err(Failed::Content)?
+        .map_err(Failed::Meta)
 }
