@@ -8,8 +8,12 @@ fn main() -> std::io::Result<()> {
     for target in ferry_fuzz::TARGETS {
         let d = std::path::Path::new(&dir).join(target);
         std::fs::create_dir_all(&d)?;
+        // Seeds hold random salts and nonces: written once, so that a run does not churn them.
         for (n, s) in ferry_fuzz::seeds(target).iter().enumerate() {
-            std::fs::write(d.join(format!("seed-{n}")), s)?;
+            let f = d.join(format!("seed-{n}"));
+            if !f.exists() {
+                std::fs::write(f, s)?;
+            }
         }
     }
     Ok(())
