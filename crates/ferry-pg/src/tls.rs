@@ -175,20 +175,22 @@ impl Tls {
             }
             _ => Check::Nothing,
         };
-        let verifier: Arc<dyn ServerCertVerifier> = match check {
-            Check::Nothing => Arc::new(Unchecked(provider.clone())),
+        let chain = match check {
+            Check::Nothing => None,
             _ => {
                 let roots = roots(root.as_deref().expect("checked above"))?;
-                let inner =
+                let v =
                     WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                         .build()
                         .map_err(|e| Error::Invalid(format!("sslrootcert: {e}")))?;
-                Arc::new(Checked {
-                    inner,
-                    name: check == Check::Full,
-                })
+                Some(v)
             }
         };
+        let verifier = Arc::new(Verifier {
+            chain,
+            name: check == Check::Full,
+            provider: provider.clone(),
+        });
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Invalid(format!("TLS: {e}")))?
@@ -226,19 +228,18 @@ fn roots(path: &Path) -> Result<RootCertStore> {
     Ok(store)
 }
 
-/// `require`/`prefer` without a root certificate: encrypted, but anyone's certificate is
-/// taken, as libpq does. The handshake's signatures are still checked.
+/// The server-certificate check of one mode: none (`prefer`/`require` without a root
+/// certificate, as libpq: encrypted, anyone's certificate taken), the chain (`verify-ca`:
+/// a name mismatch is forgiven), or chain and name (`verify-full`). The handshake's
+/// signatures are checked in every mode.
 #[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
-
-/// `verify-ca` (chain only: a name mismatch is forgiven) and `verify-full`.
-#[derive(Debug)]
-struct Checked {
-    inner: Arc<WebPkiServerVerifier>,
+struct Verifier {
+    chain: Option<Arc<WebPkiServerVerifier>>,
     name: bool,
+    provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for Checked {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -247,10 +248,10 @@ impl ServerCertVerifier for Checked {
         ocsp: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .inner
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) if !self.name => Ok(ServerCertVerified::assertion()),
@@ -264,7 +265,8 @@ impl ServerCertVerifier for Checked {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
+        let algs = &self.provider.signature_verification_algorithms;
+        verify_tls12_signature(message, cert, dss, algs)
     }
 
     fn verify_tls13_signature(
@@ -273,56 +275,14 @@ impl ServerCertVerifier for Checked {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
+        let algs = &self.provider.signature_verification_algorithms;
+        verify_tls13_signature(message, cert, dss, algs)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 

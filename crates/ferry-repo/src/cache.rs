@@ -109,7 +109,17 @@ impl Cache {
             return;
         }
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let written = fs::File::create(&tmp).and_then(|mut f| f.write_all(body));
+        // 0600 whatever the umask: the key file is among the copies.
+        let written = {
+            use std::os::unix::fs::OpenOptionsExt;
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)
+                .and_then(|mut f| f.write_all(body))
+        };
         if written.and_then(|()| fs::rename(&tmp, &path)).is_err() {
             let _ = fs::remove_file(&tmp);
         }
@@ -160,6 +170,11 @@ mod tests {
         assert_eq!(c.get("index", &id), None);
         c.put("index", &id, &body);
         assert_eq!(c.get("index", &id), Some(body.clone()));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(&c.path("index", &id)), 0o600);
+        assert_eq!(mode(&c.dir.join("index")), 0o700);
+        assert_eq!(mode(&c.dir), 0o700);
         assert_eq!(c.ids("index"), vec![id]);
         assert_eq!(c.bytes("index"), body.len() as u64);
         // A copy changed on disk is refused and removed.

@@ -49,6 +49,20 @@ impl Rig {
             .join(rel)
     }
 
+    /// A restore with `extra` that must fail; its stderr.
+    fn refused(&self, extra: &[&str]) -> String {
+        let mut a = vec![
+            "restore",
+            "latest",
+            "--target",
+            self.target.to_str().unwrap(),
+        ];
+        a.extend_from_slice(extra);
+        let out = self.repo.run(&a, &[]);
+        assert!(!out.status.success(), "{extra:?} succeeded");
+        stderr(&out)
+    }
+
     fn restore(&self, extra: &[&str]) -> serde_json::Value {
         let mut a = vec!["--json", "restore", "latest", "--target"];
         a.push(self.target.to_str().unwrap());
@@ -100,18 +114,8 @@ fn overwrite_never_if_changed_and_always() {
     let j = r.restore(&[]);
     assert_ne!(ino(&r.at("b")), b, "always: replaced");
     assert_eq!(j["skipped"], 0, "{j}");
-    let out = r.repo.run(
-        &[
-            "restore",
-            "latest",
-            "--target",
-            r.target.to_str().unwrap(),
-            "--overwrite",
-            "sometimes",
-        ],
-        &[],
-    );
-    assert!(!out.status.success());
+    let err = r.refused(&["--overwrite", "sometimes"]);
+    assert!(err.contains("sometimes"), "{err}");
 }
 
 #[test]
@@ -166,19 +170,7 @@ fn include_and_exclude_patterns_select_what_is_restored() {
     assert_eq!(j["files"], 1, "{j}");
     assert!(r.at("a").exists() && !r.at("b").exists() && !r.at("d").exists());
 
-    let out = r.repo.run(
-        &[
-            "restore",
-            "latest",
-            "--target",
-            r.target.to_str().unwrap(),
-            "--include",
-            "a[",
-        ],
-        &[],
-    );
-    assert!(!out.status.success());
-    let err = stderr(&out);
+    let err = r.refused(&["--include", "a["]);
     assert!(err.contains("--include 'a['"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
