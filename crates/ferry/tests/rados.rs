@@ -298,6 +298,8 @@ fn rados_repo(c: &Ceph, tag: &str) -> repokit::Repo {
         env: vec![
             ("FERRY_PASSWORD".into(), "correct horse".into()),
             ("CEPH_CONF".into(), c.conf.clone()),
+            // Its own metadata cache, removed with the test process: never the user's.
+            ("FERRY_CACHE_DIR".into(), s(&temp_dir()).into()),
         ],
     }
 }

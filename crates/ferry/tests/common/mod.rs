@@ -4,10 +4,46 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, Once, OnceLock};
+
+/// Directories this test process made, removed when it exits.
+static MADE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+extern "C" fn remove_made() {
+    let made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    for d in made.iter() {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// Removes `d` when the test process exits, passed or failed: tests leave nothing behind.
+fn remember(d: &Path) {
+    static HOOK: Once = Once::new();
+    // SAFETY: remove_made is a plain function that only takes a lock and removes files.
+    HOOK.call_once(|| unsafe {
+        libc::atexit(remove_made);
+    });
+    MADE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(d.to_path_buf());
+}
+
+/// The metadata cache every ferry run of this process uses: never the user's own.
+fn cache_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(temp_dir)
+}
+
+/// `ferry`, not started, with this process's cache.
+fn command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    cmd.env("FERRY_CACHE_DIR", cache_dir());
+    cmd
+}
 
 /// Runs `ferry ARGS` with extra environment; returns its output.
 pub fn ferry_env(args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    let mut cmd = command();
     cmd.args(args)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
@@ -31,7 +67,7 @@ pub fn ferry_env(args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>) -> O
 /// Runs `ferry ARGS` fed `data` on stdin in 1 MiB pieces, `pause` apart: a slow producer
 /// such as pg_dump, so that early blocks finish while later ones are still being read.
 pub fn ferry_slow_stdin(args: &[&str], data: Vec<u8>, pause: std::time::Duration) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+    let mut child = command()
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -92,10 +128,11 @@ pub fn fails_with(out: &Output, needle: &str) {
     assert!(err.starts_with("ferry: error: "), "{err}");
 }
 
-/// A fresh temp directory.
+/// A fresh temp directory, removed when the test process exits.
 pub fn temp_dir() -> PathBuf {
     let d = std::env::temp_dir().join(ferry_testkit::unique("ferry-it"));
     std::fs::create_dir_all(&d).unwrap();
+    remember(&d);
     d
 }
 

@@ -94,6 +94,9 @@ impl Rig {
                     }
                 }
                 env.push(("AWS_ENDPOINT_URL".into(), endpoint.clone()));
+                // A remote repository's metadata cache: the cluster's, never the user's.
+                let cache = pg.make_dir("cache").display().to_string();
+                env.push(("FERRY_CACHE_DIR".into(), cache));
                 format!("s3://{bucket}/{}", pg.port())
             }
         };
