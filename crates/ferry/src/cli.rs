@@ -130,8 +130,14 @@ pub enum Command {
 /// WAL archiving settings, shared by the wal-* commands.
 #[derive(Debug, Args, Clone)]
 pub struct WalArgs {
-    /// Push through the background agent and prefetch on fetch [default: on] (true/false).
-    #[arg(long = "async", env = "FERRY_WAL_ASYNC", value_name = "BOOL")]
+    /// Push through the background agent and prefetch on fetch [default: on] (true/false,
+    /// 1/0, yes/no, on/off).
+    #[arg(
+        long = "async",
+        env = "FERRY_WAL_ASYNC",
+        value_name = "BOOL",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub async_: Option<bool>,
     /// Spool directory for the agent's acks and prefetched files [default: ~/.local/state/ferry/spool/<cluster>].
     #[arg(long, env = "FERRY_WAL_SPOOL")]

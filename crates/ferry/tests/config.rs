@@ -44,3 +44,23 @@ fn flags_beat_env_beat_file_beat_cloud_env() {
     assert!(!run(&["ls", &bucket], &[]), "the dead endpoint answered");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Boolean settings take what people type: 1/0, yes/no, on/off, true/false.
+#[test]
+fn boolean_variables_take_what_people_type() {
+    let dir = temp_dir();
+    let parsed = |v: &str| {
+        let out = ferry_env(
+            &["wal-status", "-D", s(&dir)],
+            &[("FERRY_WAL_ASYNC", v), ("FERRY_REPO", s(&dir.join("none")))],
+            None,
+        );
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (!err.contains("invalid value"), err)
+    };
+    for v in ["1", "0", "yes", "no", "on", "off", "true", "false", "TRUE"] {
+        let (ok, err) = parsed(v);
+        assert!(ok, "FERRY_WAL_ASYNC={v}: {err}");
+    }
+    assert!(!parsed("maybe").0);
+}
