@@ -90,7 +90,7 @@ impl Layout {
         let d = Self::default();
         let get = |name: &str| -> Result<Option<u64>> {
             match env::var(name) {
-                Ok(v) if !v.trim().is_empty() => parse_size(&v)
+                Ok(v) if !v.trim().is_empty() => ferry_store::size::parse(&v)
                     .map(Some)
                     .ok_or_else(|| Error::Invalid(format!("{name}: '{v}' is not a size"))),
                 _ => Ok(None),
@@ -193,21 +193,6 @@ pub fn piece(name: &str, objno: u64) -> String {
     format!("{name}.{objno:016x}")
 }
 
-/// `4194304`, `4M`, `4MiB`, `64k`: bytes.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let n: u64 = s[..digits].parse().ok()?;
-    let mult = match s[digits..].trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,8 +259,5 @@ mod tests {
         assert_eq!(got, Some((l, 12345)));
         assert_eq!(Layout::parse(|_| None), None);
         assert_eq!(piece("a/b", 10), "a/b.000000000000000a");
-        assert_eq!(parse_size("4MiB"), Some(4 << 20));
-        assert_eq!(parse_size("64k"), Some(K));
-        assert_eq!(parse_size("x"), None);
     }
 }

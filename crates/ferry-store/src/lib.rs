@@ -11,6 +11,7 @@ pub mod cloud;
 mod error;
 pub mod local;
 mod location;
+pub mod size;
 
 use std::collections::BTreeMap;
 use std::fmt;
