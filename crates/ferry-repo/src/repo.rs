@@ -136,6 +136,20 @@ impl Repo {
         Ok(repo)
     }
 
+    /// True when `root` holds a repository (its marker exists): one request, no password.
+    pub async fn exists(store: &SharedStore, root: &str, engine: &Engine) -> Result<bool> {
+        let marker = join(root.trim_matches('/'), MARKER);
+        let what = format!("read {marker}");
+        match engine
+            .request(Class::Urgent, &what, || store.head(&marker))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(Error::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Opens the repository under `root` with `password`, keeping metadata in `cache` when
     /// given. The marker, key list and config are asked for at once; meanwhile the key file
     /// that opened the repository last time (from the cache) is unwrapped, since Argon2 takes

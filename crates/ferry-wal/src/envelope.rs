@@ -35,6 +35,9 @@ const TAG_LEN: usize = 16;
 /// Larger than any WAL file PostgreSQL writes (segments are at most 1 GiB): a header that
 /// claims more is corrupt, and must not make a fetch allocate it.
 const MAX_LEN: u64 = 1 << 30;
+/// The context under which a repository derives the WAL archive's secret from its master key
+/// (`MasterKey::subkey`); docs/wal.md names it. Changing it orphans every encrypted segment.
+pub const KEY_CONTEXT: &str = "ferry wal v1";
 /// BLAKE3 derivation contexts splitting the caller's secret into two keys.
 const ENC_CONTEXT: &str = "ferry wal v1 2025 XChaCha20-Poly1305 key";
 const MAC_CONTEXT: &str = "ferry wal v1 2025 content hash key";

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use ferry_repo::Repo;
 use ferry_store::Error;
-use ferry_transfer::{Class, Engine};
+use ferry_transfer::Engine;
 use ferry_wal::agent::PushAgent;
 use ferry_wal::envelope::Cipher;
 use ferry_wal::fetch::{self, FetchAgent};
@@ -30,37 +30,16 @@ use crate::Output;
 /// An agent with nothing to do lingers this long, so that the next segments find it warm.
 const AGENT_IDLE: Duration = Duration::from_secs(30);
 
-/// The context under which the WAL archive's secret is derived from the repository's master
-/// key (`MasterKey::subkey`); docs/wal.md names it. Changing it orphans every encrypted segment.
-const WAL_KEY_CONTEXT: &str = "ferry wal v1";
-/// The object that makes a prefix a ferry repository (ferry-repo's format marker).
-const REPO_MARKER: &str = "ferry-repo";
-
 /// The repository, opened: the WAL key, and the password that opened it.
 struct Unlocked {
     key: WalKey,
     password: Vec<u8>,
 }
 
-/// True when `place` is a ferry repository (its marker exists): its WAL archive is then
-/// encrypted, and a plaintext object in it is refused. One HEAD, no password.
+/// True when `place` is a ferry repository: its WAL archive is then encrypted, and a
+/// plaintext object in it is refused. One HEAD, no password.
 async fn is_repository(place: &Place, engine: &Engine) -> Result<bool> {
-    let root = place.key.trim_matches('/');
-    let marker = if root.is_empty() {
-        REPO_MARKER.to_string()
-    } else {
-        format!("{root}/{REPO_MARKER}")
-    };
-    let head = engine
-        .request(Class::Urgent, &format!("read {marker}"), || {
-            place.store.head(&marker)
-        })
-        .await;
-    match head {
-        Ok(_) => Ok(true),
-        Err(Error::NotFound(_)) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    Ok(Repo::exists(&place.store, &place.key, engine).await?)
 }
 
 /// Opens the repository at `place` when there is one (its marker exists) and derives the WAL
@@ -72,7 +51,7 @@ async fn unlock(g: &Global, place: &Place, engine: &Engine) -> Result<Option<Unl
     }
     let pw = password(g, false).context("the WAL archive is in an encrypted ferry repository")?;
     let repo = Repo::open(place.store.clone(), &place.key, engine.clone(), &pw, None).await?;
-    let key = WalKey::from_secret(&repo.key().subkey(WAL_KEY_CONTEXT));
+    let key = WalKey::from_secret(&repo.key().subkey(ferry_wal::envelope::KEY_CONTEXT));
     Ok(Some(Unlocked { key, password: pw }))
 }
 
@@ -474,7 +453,7 @@ pub async fn audit_archive(
     read_data: bool,
 ) -> Result<Vec<ferry_wal::audit::Finding>> {
     let place = repo_place(stores)?;
-    let key = WalKey::from_secret(&repo.key().subkey(WAL_KEY_CONTEXT));
+    let key = WalKey::from_secret(&repo.key().subkey(ferry_wal::envelope::KEY_CONTEXT));
     let archive = Archive::with_key(place.store, &place.key, engine.clone(), 0, Some(key));
     let names: Vec<WalName> = archive.list().await?.into_iter().map(|(n, _)| n).collect();
     Ok(ferry_wal::audit::audit(&archive, &names, true, read_data).await)
