@@ -194,7 +194,7 @@ pub async fn backup(
         )));
     }
 
-    let snaps = ferry_repo::checker::snapshots(&repo, &mut Vec::new()).await?;
+    let snaps = repo.snapshots().await?;
     let parent = record::backups(snaps)
         .into_iter()
         .rev()

@@ -48,7 +48,7 @@ pub async fn expire(repo: Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<Expir
             "--keep 0 would remove every backup; keep at least one".into(),
         ));
     }
-    let snaps = ferry_repo::checker::snapshots(&repo, &mut Vec::new()).await?;
+    let snaps = repo.snapshots().await?;
     let all = backups(snaps);
     let now_us = chrono::Utc::now().timestamp_micros();
     let n = all.len();

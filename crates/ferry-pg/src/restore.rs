@@ -54,7 +54,7 @@ fn is_empty_dir(p: &Path) -> Result<bool> {
 
 /// Chooses the backup for `opts` among the repository's.
 async fn choose(repo: &Repo, opts: &RestoreOptions) -> Result<(Id, Snapshot, PgBackup)> {
-    let snaps = ferry_repo::checker::snapshots(repo, &mut Vec::new()).await?;
+    let snaps = repo.snapshots().await?;
     let all = backups(snaps);
     if all.is_empty() {
         return Err(Error::NotFound(format!(

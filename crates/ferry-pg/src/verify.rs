@@ -37,7 +37,7 @@ pub struct Verified {
 
 /// Checks every backup's WAL, then the repository (with `read_data`, every pack's bytes).
 pub async fn verify(repo: Arc<Repo>, read_data: bool) -> Result<Verified> {
-    let snaps = ferry_repo::checker::snapshots(&repo, &mut Vec::new()).await?;
+    let snaps = repo.snapshots().await?;
     let all = backups(snaps);
     let mut out = Verified {
         backups: Vec::new(),

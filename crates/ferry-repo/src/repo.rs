@@ -261,6 +261,17 @@ impl Repo {
         Ok(repo)
     }
 
+    /// Every snapshot, oldest first; refused, naming it, when one cannot be read (`check`
+    /// and `prune` use [`crate::checker::snapshots`], which reports instead).
+    pub async fn snapshots(&self) -> Result<Vec<(Id, crate::Snapshot)>> {
+        let mut errors = Vec::new();
+        let snaps = crate::checker::snapshots(self, &mut errors).await?;
+        match errors.into_iter().next() {
+            Some(e) => Err(Error::Checksum(format!("{e} (run ferry check)"))),
+            None => Ok(snaps),
+        }
+    }
+
     /// Adds a key file for `password`; returns its id.
     pub async fn add_key(&self, password: &[u8]) -> Result<Id> {
         let key = self.key.clone();

@@ -260,9 +260,7 @@ fn forge_levels(repo_dir: &Path, levels: u32, edit: impl FnOnce(&mut Vec<ferry_r
         );
         let (index, _, _) = repo.load_index().await.unwrap();
         let index = Arc::new(index);
-        let snaps = ferry_repo::checker::snapshots(&repo, &mut Vec::new())
-            .await
-            .unwrap();
+        let snaps = repo.snapshots().await.unwrap();
         let root = Trees::default()
             .get(&repo, &index, &snaps.last().unwrap().1.tree)
             .await

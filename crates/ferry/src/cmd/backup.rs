@@ -16,7 +16,7 @@ use ferry_repo::{Id, Repo};
 use ferry_transfer::{Engine, Progress};
 
 use crate::cli::{BackupArgs, Global, OverwriteArg, RestoreArgs};
-use crate::cmd::repo::{find, list, locked, open};
+use crate::cmd::repo::{find, locked, open};
 use crate::places::Stores;
 use crate::progress::Bar;
 use crate::Output;
@@ -130,7 +130,7 @@ async fn run_backup(
         // Cached tree packs are decoded while the index and snapshots are listed.
         let ((index, loaded, errs), snaps, trees) = tokio::try_join!(
             async { repo.load_index().await.map_err(anyhow::Error::from) },
-            list(repo),
+            async { repo.snapshots().await.map_err(anyhow::Error::from) },
             async {
                 // A stream has no parent to compare against.
                 match args.stdin {

@@ -7,7 +7,7 @@ use ferry_repo::forget::{keep, Policy};
 use ferry_transfer::Engine;
 
 use crate::cli::{CheckArgs, ForgetArgs, Global};
-use crate::cmd::repo::{list, open, open_uncached};
+use crate::cmd::repo::{open, open_uncached};
 use crate::places::Stores;
 use crate::Output;
 
@@ -78,7 +78,7 @@ pub async fn forget(
         bail!("no policy: give at least one --keep-* option (forget would remove every snapshot)");
     }
     let repo = open(g, stores, engine).await?;
-    let snaps = list(&repo).await?;
+    let snaps = repo.snapshots().await?;
     let kept: HashSet<_> = keep(&snaps, &policy);
     let mut removed = Vec::new();
     for (id, _) in snaps.iter().filter(|(id, _)| !kept.contains(id)) {

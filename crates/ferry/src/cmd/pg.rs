@@ -222,7 +222,7 @@ async fn restore(
 
 async fn list(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {
     let repo = open(g, stores, engine).await?;
-    let snaps = ferry_repo::checker::snapshots(&repo, &mut Vec::new()).await?;
+    let snaps = repo.snapshots().await?;
     let all = ferry_pg::record::backups(snaps);
     if out.json {
         let rows: Vec<_> = all

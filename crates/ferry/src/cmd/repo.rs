@@ -107,19 +107,9 @@ pub async fn init(
     Ok(())
 }
 
-/// Every snapshot, oldest first.
-pub async fn list(repo: &Repo) -> Result<Vec<(Id, Snapshot)>> {
-    let mut errors = Vec::new();
-    let snaps = ferry_repo::checker::snapshots(repo, &mut errors).await?;
-    if let Some(e) = errors.first() {
-        bail!("{e} (run ferry check)");
-    }
-    Ok(snaps)
-}
-
 /// The snapshot `which` names: "latest" or a unique id prefix.
 pub async fn find(repo: &Repo, which: &str) -> Result<(Id, Snapshot)> {
-    let snaps = list(repo).await?;
+    let snaps = repo.snapshots().await?;
     if which == "latest" {
         return snaps
             .into_iter()
@@ -151,7 +141,7 @@ pub async fn snapshots(
     out: &Output,
 ) -> Result<()> {
     let repo = open(g, stores, engine).await?;
-    let snaps = list(&repo).await?;
+    let snaps = repo.snapshots().await?;
     if out.json {
         let v: Vec<_> = snaps
             .iter()
