@@ -143,6 +143,9 @@ fn restore_command(g: &Global, stores: &Stores) -> Result<String> {
     if let Some(e) = &g.s3_endpoint {
         cmd.extend(["--s3-endpoint".into(), sh(e)?]);
     }
+    if let Some(r) = &g.s3_region {
+        cmd.extend(["--s3-region".into(), sh(r)?]);
+    }
     if let Some(c) = &g.ca_cert {
         cmd.extend([
             "--ca-cert".into(),
@@ -351,4 +354,39 @@ async fn verify(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::Cli;
+    use crate::places::Stores;
+    use crate::settings::Settings;
+
+    /// The restore_command reaches the same store the restore read: endpoint and region too.
+    #[test]
+    fn restore_command_carries_the_store_settings() {
+        let cli = Cli::parse_from([
+            "ferry",
+            "--repo",
+            "s3://bucket/prefix",
+            "--s3-endpoint",
+            "https://s3.example:9000",
+            "--s3-region",
+            "eu-north-1",
+            "pg",
+            "backups",
+        ]);
+        let stores = Stores::new(Settings::load(&cli.global).unwrap());
+        let cmd = super::restore_command(&cli.global, &stores).unwrap();
+        for want in [
+            r#"--repo "s3://bucket/prefix""#,
+            r#"--s3-endpoint "https://s3.example:9000""#,
+            r#"--s3-region "eu-north-1""#,
+            "wal-fetch %f %p",
+        ] {
+            assert!(cmd.contains(want), "{cmd} lacks {want}");
+        }
+    }
 }
