@@ -200,11 +200,17 @@ async fn walk(
                     }
                 };
                 let child = rel.join(OsString::from_vec(name));
-                let abs = Path::new("/").join(&child);
-                if !wanted(&child) || select.excluded(&abs) {
+                if !wanted(&child) {
                     continue;
                 }
-                let inc = inc || select.included(&abs);
+                let mut inc = inc;
+                if select.active() {
+                    let abs = Path::new("/").join(&child);
+                    if select.excluded(&abs) {
+                        continue;
+                    }
+                    inc = inc || select.included(&abs);
+                }
                 if node.kind == NodeKind::Dir {
                     if let Some(sub) = node.subtree {
                         let me = u32::try_from(items.len())

@@ -46,6 +46,11 @@ impl Select {
         })
     }
 
+    /// True when any pattern was given: without, nothing need be matched.
+    pub fn active(&self) -> bool {
+        self.include.is_some() || self.exclude.is_some()
+    }
+
     /// True when include patterns were given: only what they select (and its parents) is
     /// restored.
     pub fn narrows(&self) -> bool {
