@@ -1,9 +1,55 @@
-//! `forget`: which snapshots a retention policy keeps.
+//! `forget`: which snapshots a retention policy keeps, and removing the others.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use ferry_store::{Error, Result};
 
 use crate::id::Id;
+use crate::lock::Lock;
+use crate::repo::Repo;
 use crate::snapshot::Snapshot;
+
+/// What [`forget`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Forgotten {
+    /// Snapshots the policy keeps.
+    pub kept: Vec<Id>,
+    /// Snapshots removed.
+    pub removed: Vec<Id>,
+}
+
+/// Removes every snapshot `policy` does not keep, under an exclusive lock, as restic does:
+/// the snapshot list it decides on cannot change underneath (a backup adding one, another
+/// forget or a prune). The data goes with the next prune. An empty policy is refused: it
+/// would remove every snapshot.
+pub async fn forget(repo: Arc<Repo>, policy: &Policy) -> Result<Forgotten> {
+    if policy.is_empty() {
+        return Err(Error::Invalid(
+            "no policy: give at least one --keep-* option (forget would remove every snapshot)"
+                .into(),
+        ));
+    }
+    let lock = Lock::acquire(repo.clone(), true).await?;
+    let done = remove_unkept(&repo, policy).await;
+    lock.release().await?;
+    done
+}
+
+async fn remove_unkept(repo: &Repo, policy: &Policy) -> Result<Forgotten> {
+    let snaps = repo.snapshots().await?;
+    let kept = keep(&snaps, policy);
+    let mut out = Forgotten::default();
+    for (id, _) in &snaps {
+        if kept.contains(id) {
+            out.kept.push(*id);
+        } else {
+            repo.delete_file("snapshots", id).await?;
+            out.removed.push(*id);
+        }
+    }
+    Ok(out)
+}
 
 /// How many of each period's newest snapshot to keep (UTC periods).
 #[derive(Debug, Clone, Default)]

@@ -99,3 +99,40 @@ fn a_local_repository_is_private_whatever_the_umask() {
     assert!(seen.0 >= 5 && seen.1 >= 5, "{seen:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// forget takes the repository's lock (exclusive, as restic's): while another process holds
+/// one, it removes nothing and says who holds it.
+#[test]
+fn forget_removes_nothing_while_another_process_holds_a_lock() {
+    use std::sync::Arc;
+    let dir = scratch("forget-lock");
+    let repo = Repo::local(&dir);
+    let src = dir.join("src");
+    corpus(&src, 1 << 20);
+    repo.ok(&["init"]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let held = rt.block_on(async {
+        let key = repo.url.trim_start_matches('/').to_string();
+        let store = Arc::new(ferry_store::local::LocalStore::new("/"));
+        let engine = ferry_transfer::Engine::new(ferry_transfer::EngineConfig::default());
+        let r = ferry_repo::Repo::open(store, &key, engine, b"correct horse", None)
+            .await
+            .unwrap();
+        ferry_repo::lock::Lock::acquire(Arc::new(r), false)
+            .await
+            .unwrap()
+    });
+    let out = repo.run(&["forget", "--keep-last", "1"], &[]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("is locked"), "{}", stderr(&out));
+    assert_eq!(
+        repo.ok(&["--json", "snapshots"]).as_array().unwrap().len(),
+        2
+    );
+    rt.block_on(held.release()).unwrap();
+    let f = repo.ok(&["--json", "forget", "--keep-last", "1"]);
+    assert_eq!(f["removed"].as_array().unwrap().len(), 1, "{f}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -1,9 +1,7 @@
 //! `ferry check`, `ferry forget`, `ferry prune`.
 
-use std::collections::HashSet;
-
 use anyhow::{bail, Result};
-use ferry_repo::forget::{keep, Policy};
+use ferry_repo::forget::Policy;
 use ferry_transfer::Engine;
 
 use crate::cli::{CheckArgs, ForgetArgs, Global};
@@ -74,21 +72,19 @@ pub async fn forget(
         monthly: args.keep_monthly,
         yearly: args.keep_yearly,
     };
-    if policy.is_empty() {
-        bail!("no policy: give at least one --keep-* option (forget would remove every snapshot)");
-    }
     let repo = open(g, stores, engine).await?;
-    let snaps = repo.snapshots().await?;
-    let kept: HashSet<_> = keep(&snaps, &policy);
-    let mut removed = Vec::new();
-    for (id, _) in snaps.iter().filter(|(id, _)| !kept.contains(id)) {
-        repo.delete_file("snapshots", id).await?;
-        removed.push(*id);
-    }
+    let f = ferry_repo::forget::forget(repo, &policy).await?;
     if out.json {
-        println!("{}", serde_json::json!({"kept": kept, "removed": removed}));
+        println!(
+            "{}",
+            serde_json::json!({"kept": f.kept, "removed": f.removed})
+        );
     } else {
-        eprintln!("kept {} snapshots, removed {}", kept.len(), removed.len());
+        eprintln!(
+            "kept {} snapshots, removed {}",
+            f.kept.len(),
+            f.removed.len()
+        );
     }
     if args.prune {
         prune(g, stores, engine, out).await?;
