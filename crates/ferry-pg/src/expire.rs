@@ -38,6 +38,11 @@ pub struct Expired {
 /// Removes the backups `keep` does not keep and the WAL older than every kept one.
 /// Data is freed by a prune afterwards, under its own exclusive lock.
 pub async fn expire(repo: Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<Expired> {
+    ferry_repo::lock::under(&repo, false, expire_locked(&repo, keep, dry_run)).await
+}
+
+async fn expire_locked(repo: &Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<Expired> {
+    let repo = repo.clone();
     if keep.last.is_none() && keep.days.is_none() {
         return Err(Error::Invalid(
             "say what to keep: --keep N and/or --keep-days D".into(),

@@ -37,6 +37,10 @@ pub struct Verified {
 
 /// Checks every backup's WAL, then the repository (with `read_data`, every pack's bytes).
 pub async fn verify(repo: Arc<Repo>, read_data: bool) -> Result<Verified> {
+    ferry_repo::lock::under(&repo, false, verify_locked(repo.clone(), read_data)).await
+}
+
+async fn verify_locked(repo: Arc<Repo>, read_data: bool) -> Result<Verified> {
     let snaps = repo.snapshots().await?;
     let all = backups(snaps);
     let mut out = Verified {

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use ferry_store::{Error, Result};
 
 use crate::id::Id;
-use crate::lock::Lock;
 use crate::repo::Repo;
 use crate::snapshot::Snapshot;
 
@@ -30,10 +29,7 @@ pub async fn forget(repo: Arc<Repo>, policy: &Policy) -> Result<Forgotten> {
                 .into(),
         ));
     }
-    let lock = Lock::acquire(repo.clone(), true).await?;
-    let done = remove_unkept(&repo, policy).await;
-    lock.release().await?;
-    done
+    crate::lock::under(&repo, true, remove_unkept(&repo, policy)).await
 }
 
 async fn remove_unkept(repo: &Repo, policy: &Policy) -> Result<Forgotten> {

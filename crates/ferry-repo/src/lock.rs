@@ -96,6 +96,20 @@ fn describe(l: &LockInfo) -> String {
     )
 }
 
+/// Runs `work` holding a shared (`exclusive` false) or exclusive lock, released after
+/// whatever `work` returned. The operations that read or change the repository call it
+/// themselves, so that no caller has to remember to.
+pub async fn under<T>(
+    repo: &Arc<Repo>,
+    exclusive: bool,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let lock = Lock::acquire(repo.clone(), exclusive).await?;
+    let res = work.await;
+    lock.release().await?;
+    res
+}
+
 impl Lock {
     /// Takes a shared (backup) or exclusive (prune) lock.
     pub async fn acquire(repo: Arc<Repo>, exclusive: bool) -> Result<Lock> {

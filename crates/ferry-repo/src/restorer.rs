@@ -511,9 +511,22 @@ impl Writer {
     }
 }
 
-/// Restores `snap` into `target` as `opts` say. Entries the snapshot names badly are
-/// refused, each reported; the rest is restored.
+/// Restores `snap` into `target` as `opts` say, holding a shared lock (a prune must not
+/// delete packs while they are read). Entries the snapshot names badly are refused, each
+/// reported; the rest is restored.
 pub async fn restore(
+    repo: Arc<Repo>,
+    index: Arc<Index>,
+    snap: &Snapshot,
+    target: &Path,
+    opts: &Options,
+    progress: Arc<dyn crate::archiver::BackupProgress>,
+) -> Result<Restored> {
+    let work = restore_locked(repo.clone(), index, snap, target, opts, progress);
+    crate::lock::under(&repo, false, work).await
+}
+
+async fn restore_locked(
     repo: Arc<Repo>,
     index: Arc<Index>,
     snap: &Snapshot,

@@ -1,6 +1,7 @@
 //! Key files and formats: `key add/list/remove` manage passwords without touching data, the
 //! key in use and the last key cannot be removed, a removed password no longer opens the
-//! repository; a format 1 repository (`init --format 1`) is read, written and checked.
+//! repository; a format 1 repository (`init --format 1`) is read, written and checked;
+//! local repositories are private; forget and restore take their own locks.
 
 mod repokit;
 
@@ -100,12 +101,29 @@ fn a_local_repository_is_private_whatever_the_umask() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// forget takes the repository's lock (exclusive, as restic's): while another process holds
-/// one, it removes nothing and says who holds it.
-#[test]
-fn forget_removes_nothing_while_another_process_holds_a_lock() {
+/// A lock taken by another process, as the library takes it.
+fn hold_lock(rt: &tokio::runtime::Runtime, repo: &Repo, exclusive: bool) -> ferry_repo::lock::Lock {
     use std::sync::Arc;
-    let dir = scratch("forget-lock");
+    rt.block_on(async {
+        let key = repo.url.trim_start_matches('/').to_string();
+        let store = Arc::new(ferry_store::local::LocalStore::new("/"));
+        let engine = ferry_transfer::Engine::new(ferry_transfer::EngineConfig::default());
+        let r = ferry_repo::Repo::open(store, &key, engine, b"correct horse", None)
+            .await
+            .unwrap();
+        ferry_repo::lock::Lock::acquire(Arc::new(r), exclusive)
+            .await
+            .unwrap()
+    })
+}
+
+/// The operations take the repository's lock themselves, not the CLI: forget an exclusive
+/// one (as restic's), so it removes nothing while a backup holds a shared lock; restore a
+/// shared one, so it reads nothing while a prune holds the exclusive lock. Each names who
+/// holds the lock.
+#[test]
+fn forget_and_restore_take_their_locks() {
+    let dir = scratch("locks");
     let repo = Repo::local(&dir);
     let src = dir.join("src");
     corpus(&src, 1 << 20);
@@ -113,17 +131,7 @@ fn forget_removes_nothing_while_another_process_holds_a_lock() {
     repo.ok(&["backup", src.to_str().unwrap()]);
     repo.ok(&["backup", src.to_str().unwrap()]);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let held = rt.block_on(async {
-        let key = repo.url.trim_start_matches('/').to_string();
-        let store = Arc::new(ferry_store::local::LocalStore::new("/"));
-        let engine = ferry_transfer::Engine::new(ferry_transfer::EngineConfig::default());
-        let r = ferry_repo::Repo::open(store, &key, engine, b"correct horse", None)
-            .await
-            .unwrap();
-        ferry_repo::lock::Lock::acquire(Arc::new(r), false)
-            .await
-            .unwrap()
-    });
+    let held = hold_lock(&rt, &repo, false);
     let out = repo.run(&["forget", "--keep-last", "1"], &[]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("is locked"), "{}", stderr(&out));
@@ -132,7 +140,19 @@ fn forget_removes_nothing_while_another_process_holds_a_lock() {
         2
     );
     rt.block_on(held.release()).unwrap();
+
+    let held = hold_lock(&rt, &repo, true);
+    let target = dir.join("target");
+    let out = repo.run(
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+        &[],
+    );
+    assert!(stderr(&out).contains("is locked"), "{}", stderr(&out));
+    assert!(!target.exists(), "restored under another's exclusive lock");
+    rt.block_on(held.release()).unwrap();
+
     let f = repo.ok(&["--json", "forget", "--keep-last", "1"]);
     assert_eq!(f["removed"].as_array().unwrap().len(), 1, "{f}");
+    repo.ok(&["restore", "latest", "--target", target.to_str().unwrap()]);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -16,7 +16,7 @@ use ferry_repo::{Id, Repo};
 use ferry_transfer::{Engine, Progress};
 
 use crate::cli::{BackupArgs, Global, OverwriteArg, RestoreArgs};
-use crate::cmd::repo::{find, locked, open};
+use crate::cmd::repo::{find, open};
 use crate::places::Stores;
 use crate::progress::Bar;
 use crate::Output;
@@ -335,7 +335,6 @@ pub async fn restore(
     }
     let progress = BarProgress::new(out);
     progress.bar.add_total(snap.summary.total_bytes);
-    // Shared lock: a prune must not delete packs while they are read.
     use ferry_repo::restorer::{Options, Overwrite, Select};
     let opts = Options {
         include: args.paths.clone(),
@@ -356,7 +355,7 @@ pub async fn restore(
         &opts,
         progress.clone(),
     );
-    let done = locked(&repo, work).await?;
+    let done = work.await?;
     progress.bar.finish();
     let secs = started.elapsed().as_secs_f64();
     if out.json {

@@ -11,7 +11,7 @@ use ferry_transfer::Engine;
 
 use crate::cli::{Global, PgBackupArgs, PgCommand, PgExpireArgs, PgRestoreArgs};
 use crate::cmd::backup::BarProgress;
-use crate::cmd::repo::{locked, open};
+use crate::cmd::repo::open;
 use crate::places::Stores;
 use crate::settings::parse_size;
 use crate::Output;
@@ -60,11 +60,7 @@ async fn backup(
         block: block as u32,
         full: a.full,
     };
-    let res = locked(
-        &repo,
-        ferry_pg::backup::backup(repo.clone(), &opts, progress.clone()),
-    )
-    .await;
+    let res = ferry_pg::backup::backup(repo.clone(), &opts, progress.clone()).await;
     progress.bar.finish();
     let done = res?;
     let s = &done.snapshot.summary;
@@ -181,11 +177,7 @@ async fn restore(
         action: a.target_action.clone(),
         restore_command: restore_command.clone(),
     };
-    let res = locked(
-        &repo,
-        ferry_pg::restore::restore(repo.clone(), &opts, progress.clone()),
-    )
-    .await;
+    let res = ferry_pg::restore::restore(repo.clone(), &opts, progress.clone()).await;
     progress.bar.finish();
     let r = res?;
     let secs = started.elapsed().as_secs_f64();
@@ -268,11 +260,7 @@ async fn expire(
         last: a.keep,
         days: a.keep_days,
     };
-    let e = locked(
-        &repo,
-        ferry_pg::expire::expire(repo.clone(), &keep, a.dry_run),
-    )
-    .await?;
+    let e = ferry_pg::expire::expire(repo.clone(), &keep, a.dry_run).await?;
     let pruned = if a.dry_run || e.backups.is_empty() {
         None
     } else {
@@ -309,7 +297,7 @@ async fn verify(
     out: &Output,
 ) -> Result<()> {
     let repo = open(g, stores, engine).await?;
-    let v = locked(&repo, ferry_pg::verify::verify(repo.clone(), read_data)).await?;
+    let v = ferry_pg::verify::verify(repo.clone(), read_data).await?;
     let bad = v.backups.iter().filter(|f| !f.ok()).count();
     if out.json {
         let rows: Vec<_> = v

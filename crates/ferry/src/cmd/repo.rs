@@ -22,17 +22,6 @@ pub fn repo_place(stores: &mut Stores) -> Result<crate::places::Place> {
     stores.open_repo(&repo)
 }
 
-/// Runs `work` under a shared lock on `repo`, released whatever `work` returns.
-pub async fn locked<T, E: Into<anyhow::Error>>(
-    repo: &Arc<Repo>,
-    work: impl std::future::Future<Output = std::result::Result<T, E>>,
-) -> Result<T> {
-    let lock = ferry_repo::lock::Lock::acquire(repo.clone(), false).await?;
-    let res = work.await;
-    lock.release().await?;
-    res.map_err(Into::into)
-}
-
 /// Opens the configured repository, with a local cache of its metadata when it is remote.
 pub async fn open(g: &Global, stores: &mut Stores, engine: &Engine) -> Result<Arc<Repo>> {
     open_with(g, stores, engine, !g.no_cache).await
