@@ -8,6 +8,7 @@
 
 mod azure;
 mod config;
+mod metered;
 mod signed;
 
 use std::ops::Range;

@@ -9,6 +9,7 @@
 pub mod buffer;
 pub mod cloud;
 mod error;
+pub mod flow;
 pub mod local;
 mod location;
 pub mod size;

@@ -1,10 +1,11 @@
 //! Retrying one request alone: bounded attempts, exponential backoff with full jitter (so that
-//! many failed blocks do not come back in one synchronised storm), and a deadline per attempt
-//! so that a stalled connection is abandoned.
+//! many failed blocks do not come back in one synchronised storm), and a watch on each attempt
+//! so that a stalled one is abandoned and a slow one is not.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use ferry_store::flow::{self, Flow};
 use ferry_store::{Error, Result};
 use rand::Rng;
 
@@ -17,13 +18,18 @@ pub struct RetryPolicy {
     pub base: Duration,
     /// Longest backoff.
     pub cap: Duration,
-    /// Time allowed for a request without payload; longer requests get more (see
-    /// [`RetryPolicy::deadline`]).
+    /// The stall timeout: an attempt fails when no byte of it moved, either way, for this
+    /// long (plus, after an upload's body went out, the time the bytes still in buffers take
+    /// to drain: [`Flow::grace`]), however long it has been running. Stores that report no
+    /// flow get a deadline instead ([`RetryPolicy::deadline`]).
     pub timeout: Duration,
 }
 
-/// Slowest transfer rate a request may crawl at before it counts as stalled.
+/// For stores that report no flow (local disk, RADOS): the slowest rate a request may crawl
+/// at before it counts as stalled.
 const FLOOR_RATE: u64 = 1 << 20;
+/// How often an attempt's flow is looked at, at most.
+const TICK: Duration = Duration::from_millis(250);
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -37,7 +43,7 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Deadline for one attempt moving `bytes`.
+    /// Deadline for one attempt moving `bytes` on a store that reports no flow.
     pub fn deadline(&self, bytes: u64) -> Duration {
         self.timeout + Duration::from_secs_f64(bytes as f64 / FLOOR_RATE as f64)
     }
@@ -63,11 +69,9 @@ impl RetryPolicy {
     {
         let mut attempt = 0;
         loop {
-            let deadline = self.deadline(bytes);
-            let err = match tokio::time::timeout(deadline, op()).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => e,
-                Err(_) => Error::Transient(format!("{what}: no answer within {deadline:.0?}")),
+            let err = match self.watched(what, bytes, op()).await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
             };
             attempt += 1;
             if !err.is_transient() || attempt >= self.attempts {
@@ -80,6 +84,47 @@ impl RetryPolicy {
             tracing::debug!(%what, attempt, error = %err, "retrying");
             on_retry(&err);
             tokio::time::sleep(self.backoff(attempt)).await;
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Runs one attempt until it ends or stalls.
+    async fn watched<T>(
+        &self,
+        what: &str,
+        bytes: u64,
+        attempt: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let f = Flow::new();
+        let attempt = flow::watch(f.clone(), attempt);
+        tokio::pin!(attempt);
+        let started = Instant::now();
+        let deadline = self.deadline(bytes);
+        let mut tick =
+            tokio::time::interval(TICK.min(self.timeout / 4).max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                r = &mut attempt => return r,
+                _ = tick.tick() => {}
+            }
+            // Sampled on every tick, so that the rate behind `grace` is fresh when needed.
+            flow::rate();
+            match f.idle() {
+                Some(idle) if idle > self.timeout + f.grace() => {
+                    return Err(Error::Transient(format!(
+                        "{what}: stalled, no byte moved for {idle:.0?}"
+                    )));
+                }
+                Some(_) => {}
+                None if started.elapsed() > deadline => {
+                    return Err(Error::Transient(format!(
+                        "{what}: no answer within {deadline:.0?}"
+                    )));
+                }
+                None => {}
+            }
         }
     }
 }

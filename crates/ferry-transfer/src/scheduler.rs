@@ -5,9 +5,9 @@
 //! never runs clogs everything behind it). Buffered bytes are capped by a memory budget.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
@@ -56,7 +56,13 @@ pub struct Scheduler {
     memory: Arc<Semaphore>,
     memory_total: usize,
     peak: AtomicUsize,
+    /// Bytes of finished requests, for stores that report no flow.
+    done: AtomicU64,
+    ticking: OnceLock<()>,
 }
+
+/// How often the tuner looks at the rate: a window ends on time however long requests take.
+const TICK: Duration = Duration::from_millis(250);
 
 /// A request slot; released on drop.
 #[derive(Debug)]
@@ -83,6 +89,8 @@ impl Scheduler {
             memory: Arc::new(Semaphore::new(memory)),
             memory_total: memory,
             peak: AtomicUsize::new(0),
+            done: AtomicU64::new(0),
+            ticking: OnceLock::new(),
         })
     }
 
@@ -100,6 +108,8 @@ impl Scheduler {
 
     /// Waits for a request slot in `class`.
     pub async fn slot(self: &Arc<Self>, class: Class) -> Slot {
+        self.ticking
+            .get_or_init(|| drop(tokio::spawn(tick(Arc::downgrade(self)))));
         let rx = {
             let mut s = self.slots.lock().unwrap();
             let queued = !s.urgent.is_empty() || !s.bulk.is_empty();
@@ -121,17 +131,10 @@ impl Scheduler {
         rx.await.expect("the scheduler outlives its waiters")
     }
 
-    /// Feeds the tuner with bytes that finished; wakes waiters when the limit rose.
-    pub fn record(self: &Arc<Self>, bytes: u64) {
-        let grew = self
-            .slots
-            .lock()
-            .unwrap()
-            .tuner
-            .on_done(bytes, Instant::now());
-        if grew {
-            self.dispatch();
-        }
+    /// Counts bytes of a finished request (the tuner's measure for stores that report no
+    /// flow on the wire).
+    pub fn record(&self, bytes: u64) {
+        self.done.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// A transient failure: fewer requests in flight for a while.
@@ -174,6 +177,27 @@ impl Scheduler {
                 slot.sched = None;
                 self.slots.lock().unwrap().in_flight -= 1;
             }
+        }
+    }
+}
+
+/// The tuner's clock, for as long as the scheduler lives.
+async fn tick(sched: Weak<Scheduler>) {
+    let mut every = tokio::time::interval(TICK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(s) = sched.upgrade() else { return };
+        let wire = ferry_store::flow::moved();
+        let done = s.done.load(Ordering::Relaxed);
+        let grew = s
+            .slots
+            .lock()
+            .unwrap()
+            .tuner
+            .tick(wire, done, Instant::now());
+        if grew {
+            s.dispatch();
         }
     }
 }

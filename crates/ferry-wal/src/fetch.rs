@@ -108,14 +108,7 @@ impl FetchAgent {
         };
         let seg_size = cluster.seg_size;
         // Leftovers of an agent killed mid-fetch.
-        for f in fs::read_dir(self.spool.path("in"))
-            .map_err(|e| Error::io("spool in", e))?
-            .flatten()
-        {
-            if f.file_name().to_string_lossy().ends_with(".part") {
-                let _ = fs::remove_file(f.path());
-            }
-        }
+        self.remove_parts()?;
         info!(archive = %self.archive.url(), depth = self.depth, "prefetch agent up");
         let mut tasks: JoinSet<(String, Result<()>)> = JoinSet::new();
         let mut inflight: HashSet<String> = HashSet::new();
@@ -134,8 +127,12 @@ impl FetchAgent {
             if wanted != last_want {
                 last_want = wanted.clone();
                 last_change = Instant::now();
-            } else if tasks.is_empty() && last_change.elapsed() > self.idle {
-                info!("no requests; prefetch agent exits");
+            } else if last_change.elapsed() > self.idle {
+                // Nobody asks any more: whatever the fetches in flight are doing (retrying a
+                // store that went away, say), their segments will not be wanted.
+                info!(abandoned = tasks.len(), "no requests; prefetch agent exits");
+                tasks.shutdown().await;
+                self.remove_parts()?;
                 break;
             }
             let targets: Vec<WalName> = match WalName::parse(wanted.trim()) {
@@ -225,6 +222,19 @@ impl FetchAgent {
     }
 
     /// Removes prefetched files PostgreSQL will not ask for: behind it, or on another timeline.
+    /// Removes the `.part` files of fetches that will not finish.
+    fn remove_parts(&self) -> Result<()> {
+        for f in fs::read_dir(self.spool.path("in"))
+            .map_err(|e| Error::io("spool in", e))?
+            .flatten()
+        {
+            if f.file_name().to_string_lossy().ends_with(".part") {
+                let _ = fs::remove_file(f.path());
+            }
+        }
+        Ok(())
+    }
+
     fn clean(&self, keep: &HashSet<&str>) {
         for f in self.spool.names("in").unwrap_or_default() {
             if f != "want" && !keep.contains(f.as_str()) {

@@ -39,7 +39,8 @@ pub struct Global {
     /// Bound on buffered bytes [default: 256MiB].
     #[arg(long, global = true, env = "FERRY_MAX_MEMORY")]
     pub max_memory: Option<String>,
-    /// Time a request may go without an answer before it is retried [default: 30s].
+    /// Stall timeout: a request is retried when no byte of it moved, either way, for this long
+    /// (a slow request is never cut short); connecting has its own 10 s [default: 30s].
     #[arg(long, global = true, env = "FERRY_TIMEOUT")]
     pub timeout: Option<String>,
     /// Attempts per request, the first included [default: 6].

@@ -190,27 +190,54 @@ fn bandwidth_collapse_mid_upload_completes() {
     );
 }
 
+/// A slow request is not a stalled one: blocks that take several times `--timeout` to send
+/// (5 MiB at 700 KB/s per connection, ~7 s, against 1 s) go through once each, both ways.
 #[test]
-fn bandwidth_collapse_to_a_trickle_fails_cleanly() {
+fn blocks_slower_than_the_timeout_are_never_sent_again() {
     let Some(r) = rig() else { return };
     let src = r.source(20 * MIB, 5);
-    let trickle = r
-        .proxy
-        .toxic("bandwidth", "upstream", 1.0, json!({"rate": 20}));
-    let out = r.ferry(&[
-        "cp",
+    let slow_args = [
         "--timeout",
         "1s",
-        "--retries",
+        "--block-size",
+        "5MiB",
+        "--concurrency",
         "2",
-        s(&src),
-        &r.url("trickle"),
-    ]);
-    r.proxy.remove(&trickle);
-    assert!(
-        !r.complete_or_clean(&out, &src, "trickle"),
-        "20 KB/s carried 20 MiB within the deadlines"
-    );
+    ];
+    for (stream, down) in [("upstream", false), ("downstream", true)] {
+        if down {
+            assert!(ferry_env(&["cp", s(&src), &r.url("slow")], &[], None)
+                .status
+                .success());
+        }
+        let slow = r
+            .proxy
+            .toxic("bandwidth", stream, 1.0, json!({"rate": 700}));
+        let back = r.dir.join("slow-back");
+        let (from, to) = if down {
+            (r.url("slow"), s(&back).to_string())
+        } else {
+            (s(&src).to_string(), r.url("slow"))
+        };
+        let mut args = vec!["cp", "--json"];
+        args.extend(slow_args);
+        args.extend([from.as_str(), to.as_str()]);
+        let out = r.ferry(&args);
+        r.proxy.remove(&slow);
+        let err = String::from_utf8_lossy(&out.stderr);
+        if down {
+            assert!(out.status.success(), "{stream}: {err}");
+            assert!(same_file(&src, &back));
+        } else {
+            assert!(r.complete_or_clean(&out, &src, "slow"), "{stream}: {err}");
+        }
+        let report = summary(&out);
+        assert_eq!(
+            report["retries"], 0,
+            "{stream}: blocks were sent again: {report}"
+        );
+        assert_eq!(report["block_size"], 5 * MIB, "{stream}: {report}");
+    }
 }
 
 #[test]

@@ -142,3 +142,71 @@ fn store_unreachable_for_30s() {
         "{failed} failed pushes, {waiting} waiting during the outage; {n} archived intact after"
     );
 }
+
+/// A prefetch agent whose store goes away during recovery stops when PostgreSQL stops asking,
+/// whatever its fetches in flight are doing (they would retry for as long as the outage lasts).
+#[test]
+fn prefetch_agent_exits_when_nobody_asks_though_its_store_is_gone() {
+    let Some(Repo::S3 { bucket, endpoint }) = s3_repo() else {
+        return;
+    };
+    let Some(toxi) = Toxiproxy::from_env() else {
+        return;
+    };
+    let proxy = toxi.proxy(endpoint.trim_start_matches("http://"));
+    let via = Repo::S3 {
+        bucket,
+        endpoint: proxy.endpoint(),
+    };
+    let Some(rig) = Rig::new(&via, true, &[]) else {
+        return;
+    };
+    // The copy is taken first: it recovers all that follows from the archive.
+    let copy = rig.recovery_copy(&[("FERRY_WAL_PREFETCH", "8")]);
+    rig.load(100);
+    rig.settle();
+    // Not waited for: the store goes away in the middle of the recovery.
+    copy.start_no_wait();
+    let log = copy.dir().join("spool/agent.log");
+    let up = Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("prefetched ")) {
+        assert!(
+            up.elapsed() < Duration::from_secs(120),
+            "no prefetch: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    proxy.enable(false);
+    // Recovery ends at the first segment it cannot get; then nobody asks. The agent lingers
+    // for its idle time (30 s) and must be gone well before the outage ends.
+    let outage = Instant::now();
+    while !agents(copy.data_dir(), "fetch").is_empty()
+        && outage.elapsed() < Duration::from_secs(150)
+    {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let still = agents(copy.data_dir(), "fetch");
+    proxy.enable(true);
+    let agent_log = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        still.is_empty(),
+        "the agent kept running:\n{}",
+        walkit::tail(&agent_log)
+    );
+    let exit = agent_log
+        .lines()
+        .find(|l| l.contains("no requests; prefetch agent exits"))
+        .unwrap_or_else(|| panic!("no idle exit:\n{}", walkit::tail(&agent_log)));
+    // The outage struck fetches in flight: the exit abandoned them.
+    assert!(
+        !exit.contains("abandoned=0"),
+        "no fetch was in flight at the exit: {exit}"
+    );
+    let left: Vec<_> = std::fs::read_dir(copy.dir().join("spool/in"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".part"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use object_store::aws::{AmazonS3, AmazonS3Builder, AwsAuthorizer, AwsCredential, Checksum};
 use object_store::azure::{AzureAccessKey, AzureCredential, MicrosoftAzure, MicrosoftAzureBuilder};
-use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
-use object_store::{Certificate, ClientOptions, RetryConfig};
+use object_store::client::{HttpClient, HttpRequestBody};
+use object_store::{ClientOptions, RetryConfig};
 
 use super::azure::AzureWriter;
+use super::metered::{Connector, CONNECT_TIMEOUT};
 use crate::error::one_line;
 use crate::{Error, Result};
 
@@ -23,23 +24,25 @@ fn env(names: &[&str]) -> Option<String> {
         .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
 }
 
-/// HTTP client settings shared by both clouds: the engine owns retries and per-block deadlines,
-/// so the crate's own retries are off and its total timeout is only a backstop.
-fn client_options(endpoint: Option<&str>, ca_cert: Option<&PathBuf>) -> Result<ClientOptions> {
-    let mut opts = ClientOptions::new()
-        .with_timeout(Duration::from_secs(15 * 60))
-        .with_connect_timeout(Duration::from_secs(10))
-        .with_pool_idle_timeout(Duration::from_secs(50))
-        .with_allow_http(endpoint.is_some_and(|e| e.starts_with("http://")));
-    if let Some(ca) = ca_cert {
-        let pem = std::fs::read(ca).map_err(|e| Error::io(ca.display(), e))?;
-        let certs = Certificate::from_pem_bundle(&pem)
-            .map_err(|e| Error::Invalid(format!("CA bundle {}: {}", ca.display(), one_line(&e))))?;
-        for c in certs {
-            opts = opts.with_root_certificate(c);
+/// `object_store`'s settings for both clouds: the engine owns retries and watches each
+/// request for a stall, so the crate's own retries are off and its total timeout is only a
+/// backstop. The connection itself is [`Connector`]'s.
+fn client_options(endpoint: Option<&str>) -> ClientOptions {
+    ClientOptions::new()
+        .with_timeout(Duration::from_secs(24 * 3600))
+        .with_connect_timeout(CONNECT_TIMEOUT)
+        .with_allow_http(endpoint.is_some_and(|e| e.starts_with("http://")))
+}
+
+/// The metered HTTP client, trusting `ca_cert` besides the system's roots.
+fn connector(ca_cert: Option<&PathBuf>) -> Result<Connector> {
+    match ca_cert {
+        None => Connector::new(None),
+        Some(ca) => {
+            let pem = std::fs::read(ca).map_err(|e| Error::io(ca.display(), e))?;
+            Connector::new(Some((&ca.display().to_string(), &pem)))
         }
     }
-    Ok(opts)
 }
 
 fn no_retries() -> RetryConfig {
@@ -47,12 +50,6 @@ fn no_retries() -> RetryConfig {
         max_retries: 0,
         ..Default::default()
     }
-}
-
-fn http_client(opts: &ClientOptions) -> Result<HttpClient> {
-    ReqwestConnector::default()
-        .connect(opts)
-        .map_err(Error::from)
 }
 
 /// S3 settings; [`S3Config::from_env`] reads `AWS_ENDPOINT_URL`, `AWS_REGION`,
@@ -91,13 +88,14 @@ impl S3Config {
     }
 
     pub(super) fn build(&self, bucket: &str) -> Result<(AmazonS3, S3Extra)> {
-        let opts = client_options(self.endpoint.as_deref(), self.ca_cert.as_ref())?;
+        let http = connector(self.ca_cert.as_ref())?;
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(bucket)
             .with_region(self.region())
             .with_checksum_algorithm(Checksum::SHA256)
             .with_retry(no_retries())
-            .with_client_options(opts.clone());
+            .with_client_options(client_options(self.endpoint.as_deref()))
+            .with_http_connector(http.clone());
         if let Some(e) = &self.endpoint {
             b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
         }
@@ -112,7 +110,7 @@ impl S3Config {
         }
         let s3 = b.build().map_err(|e| Error::Invalid(one_line(&e)))?;
         let extra = S3Extra {
-            http: http_client(&opts)?,
+            http: http.http(),
             endpoint: self
                 .endpoint
                 .clone()
@@ -264,7 +262,7 @@ impl AzureConfig {
             .endpoint
             .clone()
             .unwrap_or_else(|| format!("https://{account}.blob.core.windows.net"));
-        let opts = client_options(Some(&endpoint), self.ca_cert.as_ref())?;
+        let http = connector(self.ca_cert.as_ref())?;
         let az = MicrosoftAzureBuilder::new()
             .with_account(account)
             .with_access_key(key)
@@ -272,19 +270,14 @@ impl AzureConfig {
             .with_endpoint(endpoint.clone())
             .with_allow_http(endpoint.starts_with("http://"))
             .with_retry(no_retries())
-            .with_client_options(opts.clone())
+            .with_client_options(client_options(Some(&endpoint)))
+            .with_http_connector(http.clone())
             .build()
             .map_err(|e| Error::Invalid(one_line(&e)))?;
         let credential = AzureCredential::AccessKey(
             AzureAccessKey::try_new(key).map_err(|e| Error::Invalid(one_line(&e)))?,
         );
-        let writer = AzureWriter::new(
-            http_client(&opts)?,
-            &endpoint,
-            account,
-            container,
-            credential,
-        )?;
+        let writer = AzureWriter::new(http.http(), &endpoint, account, container, credential)?;
         Ok((az, writer))
     }
 }
