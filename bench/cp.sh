@@ -2,17 +2,25 @@
 # ferry vs rclone over an emulated WAN (bench/lib.sh), same link, same run. Needs root.
 #   bench/cp.sh                                  # full: 1 GiB, 10k x 64 KiB, 10 GiB stream
 #   SIZE=32M FILES=200 STREAM=128M LINK_SECS=2 bench/cp.sh   # smoke, ~1 min
-# Env: PROFILE / RTT_MS / CONN_MBPS / AGG_MBPS (link), SIZE (big file), FILES and FILE_KB
-# (small files), STREAM (stdin upload; 0 skips), FERRY (default target/release/ferry),
-# RCLONE, TESTS (subset of: big small stream), LINK_SECS (0: skip link measurement).
+#   PROFILES="wan slow lfp lossy drop asym" TESTS=big bench/cp.sh   # every link, one table each
+# Env: PROFILE / RTT_MS / CONN_MBPS / AGG_MBPS (link), SIZE (big file; 1G, or less on the slow
+# profiles), FILES and FILE_KB (small files), STREAM (stdin upload; 0 skips), FERRY (default
+# target/release/ferry), RCLONE, TESTS (subset of: big small stream), LINK_SECS (0: skip link
+# measurement), REPEAT (runs of each tool, taking turns; the table shows medians; default 3).
 set -euo pipefail
+if [ -n "${PROFILES:-}" ]; then
+  for p in $PROFILES; do PROFILE=$p PROFILES='' "$0" || echo "profile $p: FAILED" >&2; done
+  exit 0
+fi
 FERRY=${FERRY:-$(dirname "$0")/../target/release/ferry}
 case $FERRY in */*) FERRY=$(realpath -m "$FERRY") ;; *) FERRY=$(command -v "$FERRY" || echo "$FERRY") ;; esac
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 [ "$(id -u)" = 0 ] || { echo "cp.sh: needs root (netns, tc)" >&2; exit 1; }
 
+case ${PROFILE:-wan} in slow) : "${SIZE:=96M}" ;; asym) : "${SIZE:=256M}" ;; esac
 SIZE=$(numfmt --from=iec "${SIZE:-1G}")
+REPEAT=${REPEAT:-3}
 FILES=${FILES:-10000} FILE_KB=${FILE_KB:-64}
 STREAM=$(numfmt --from=iec "${STREAM:-10G}")
 TESTS=${TESTS:-big small stream}
@@ -52,22 +60,29 @@ else
   LINK_UP=$AGG_MBPS LINK_DOWN=$AGG_MBPS LINK_RTT=$RTT_MS LINK_HOW="nominal (LINK_SECS=0)"
 fi
 
-# run TEST TOOL DIR BYTES FILES CMD...: time CMD in the namespace, record secs, peak RSS and
-# ok|FAIL (from $TIMED instead when CMD times its own inner command; a failed run's time
-# file starts with "Command exited...", so take the last line).
+# run TEST TOOL DIR BYTES FILES CMD...: time CMD in the namespace, record secs, peak RSS,
+# retries and ok|FAIL (from $TIMED instead when CMD times its own inner command; a failed
+# run's time file starts with "Command exited...", so take the last line). The drop
+# profile's link change runs beside it.
 run() {
-  local t=$1 tool=$2 dir=$3 bytes=$4 files=$5 st=ok secs rss; shift 5
+  local t=$1 tool=$2 dir=$3 bytes=$4 files=$5 st=ok secs rss retries changer; shift 5
   local log=$W/$t.$tool.log
   echo "  $t $tool: $*" >&2
   rm -f "$W/time" "${TIMED:-$W/time}"   # never report a previous run's figures
+  link_change & changer=$!
   # Not via nsx: redirecting a function call redirects this shell, traps included.
   ip netns exec "$NS" /usr/bin/time -f '%e %M' -o "$W/time" "$@" >"$log" 2>&1 || st=FAIL
+  kill "$changer" 2>/dev/null || :; wait "$changer" 2>/dev/null || :
+  [ "$DROP_AT" = 0 ] || link_restore
   read -r secs rss < <(tail -1 "${TIMED:-$W/time}")
-  echo "$t $tool $dir $bytes $files ${secs:-0} ${rss:-0} $st" >>"$RES"
-  echo "    $st: ${secs:-?} s, peak RSS $(( ${rss:-0} / 1024 )) MiB" >&2
+  # ferry --json says how many requests it sent again; rclone logs each retry.
+  retries=$(grep -o '"retries":[0-9]*' "$log" | tail -1 | cut -d: -f2)
+  [ -n "$retries" ] || retries=$(grep -ci 'retry' "$log" || :)
+  echo "$t $tool $dir $bytes $files ${secs:-0} ${rss:-0} $st ${retries:-0}" >>"$RES"
+  echo "    $st: ${secs:-?} s, peak RSS $(( ${rss:-0} / 1024 )) MiB, retries ${retries:-0}" >&2
   [ $st = ok ] || { echo "  FAILED ($log):" >&2; tail -3 "$log" | sed 's/^/    /' >&2; return 1; }
 }
-bad() { echo "  MISMATCH: $*" >&2; sed -i '$ s/ ok$/ BAD/' "$RES"; }  # mark the last result
+bad() { echo "  MISMATCH: $*" >&2; sed -i '$ s/ ok \([0-9]*\)$/ BAD \1/' "$RES"; }  # mark the last result
 same() { cmp -s "$1" "$2" || bad "$2 differs from $1"; }
 filesum() { find "$1" -type f -printf '%s\n' | awk '{n++; b+=$1} END {print n+0 "/" b+0}'; }
 samedir() { # src dst: same file count and bytes (ferry's and rclone's dir layouts may differ)
@@ -81,61 +96,81 @@ clean() { nsx "$RCLONE" delete b:bench >/dev/null 2>&1 || true; }
 nsx "$RCLONE" mkdir b:bench
 [ $HAVE_FERRY = 0 ] || nsx "$FERRY" mkdir s3://bench >/dev/null 2>&1 || true  # exists already: fine
 
-# Table: rate, share of the measured link, and each tool against each other tool in the
-# same test ("speed x / RSS x": >1 speed = faster than that peer, <1 RSS = leaner).
+# Table: medians over the REPEAT runs of each tool: rate, share of the measured link (for the
+# drop profile, of what the link carried on average over the run), retries per GB, and each
+# tool against each other tool in the same test ("speed x / RSS x": >1 speed = faster than
+# that peer, <1 RSS = leaner).
 report() {
   [ -s "$RES" ] || return 0
   REPORTED=1
   echo
   echo "$rclone_version; ferry: $([ $HAVE_FERRY = 1 ] && "$FERRY" --version 2>/dev/null | sed -n 1p || echo "not run ($FERRY missing)")"
-  echo "link $PROFILE: RTT ${RTT_MS} ms, ${CONN_MBPS} MB/s per connection, ${AGG_MBPS} MB/s aggregate;" \
+  echo "link $PROFILE: RTT ${RTT_MS} ms, ${CONN_MBPS} MB/s per connection, ${AGG_MBPS} MB/s up / ${AGG_DOWN_MBPS} MB/s down aggregate;" \
        "$LINK_HOW up $LINK_UP MB/s, down $LINK_DOWN MB/s, RTT $LINK_RTT ms (1 MB = 10^6 B)"
-  awk -v up="$LINK_UP" -v down="$LINK_DOWN" '
-    { t[NR]=$1; tool[NR]=$2; dir[NR]=$3; b[NR]=$4; f[NR]=$5; s[NR]=$6; rss[NR]=$7; st[NR]=$8
-      if ($8 == "ok" && $6 > 0) { mbs[NR]=$4/$6/1e6; key[$1 SUBSEP $2]=NR }
+  [ "$DROP_AT" = 0 ] || echo "link change: aggregate to a quarter after ${DROP_AT} s, back after ${DROP_FOR} s more"
+  [ "$LOSSY" = 0 ] || echo "lossy: 2% of connections reset after 3 s; data sliced to ~1400 B chunks"
+  awk -v up="$LINK_UP" -v down="$LINK_DOWN" -v at="$DROP_AT" -v span="$DROP_FOR" '
+    function share(d,  full, low) {
+      if (at == 0 || d <= 0) return 1
+      full = (d < at ? d : at) + (d > at + span ? d - at - span : 0)
+      low = d > at ? ((d < at + span ? d : at + span) - at) : 0
+      return (full + 0.25 * low) / d }
+    function median(list,  v, n, i, j, x) {
+      n = split(list, v, " ")
+      for (i = 2; i <= n; i++) { x = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > x; j--) v[j+1] = v[j]; v[j+1] = x }
+      return n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2 }
+    { k = $1 SUBSEP $2
+      if (!(k in first)) { first[k] = NR; order[++nk] = k; t[k]=$1; tool[k]=$2; dir[k]=$3; b[k]=$4; f[k]=$5 }
+      runs[k]++; retr[k] += $9
+      if ($8 == "ok" && $6 > 0) { secs[k] = secs[k] " " $6; rss[k] = rss[k] " " $7; okn[k]++ } else bad[k]++
       if (!($2 in seen)) { seen[$2]=1; tools[++nt]=$2 } }
     END {
-      printf "%-11s %-13s %8s %7s %8s %6s %8s", "test", "tool", "secs", "MB/s", "files/s", "link%", "RSS MiB"
+      printf "%-11s %-13s %4s %8s %7s %8s %6s %8s %9s", "test", "tool", "runs", "secs", "MB/s", "files/s", "link%", "RSS MiB", "retry/GB"
       for (j=1; j<=nt; j++) printf "  %-17s", "vs " tools[j]
       print ""
-      for (i=1; i<=NR; i++) {
-        printf "%-11s %-13s %8.2f", t[i], tool[i], s[i]
-        if (!(i in mbs)) { printf " %7s %8s %6s %8.0f  %s (see log)\n", "-", "-", "-", rss[i]/1024, st[i]; continue }
-        lim = dir[i] == "up" ? up : down
-        printf " %7.1f %8s %6s %8.0f", mbs[i], (f[i] > 1 ? sprintf("%.0f", f[i]/s[i]) : "-"),
-          (lim > 0 ? sprintf("%.0f%%", 100*mbs[i]/lim) : "-"), rss[i]/1024
+      for (i=1; i<=nk; i++) { k = order[i]
+        if (okn[k] > 0) { s[k] = median(secs[k]); m[k] = median(rss[k]); mbs[k] = b[k]/s[k]/1e6 } }
+      for (i=1; i<=nk; i++) { k = order[i]
+        printf "%-11s %-13s %4s", t[k], tool[k], okn[k]+0 "/" runs[k]
+        if (!(k in mbs)) { printf " %8s  all failed (see logs)\n", "-"; continue }
+        lim = (dir[k] == "up" ? up : down) * share(s[k])
+        printf " %8.2f %7.1f %8s %6s %8.0f %9.1f", s[k], mbs[k], (f[k] > 1 ? sprintf("%.0f", f[k]/s[k]) : "-"),
+          (lim > 0 ? sprintf("%.0f%%", 100*mbs[k]/lim) : "-"), m[k]/1024, retr[k] / (runs[k] * b[k] / 1e9)
         for (j=1; j<=nt; j++) {
-          p = key[t[i] SUBSEP tools[j]]
-          if (tools[j] == tool[i]) c = "-"
-          else if (p == "") c = "n/a"
-          else c = sprintf("%.2fx / %.2fx", mbs[i]/mbs[p], rss[i]/rss[p])
+          p = t[k] SUBSEP tools[j]
+          if (tools[j] == tool[k]) c = "-"
+          else if (!(p in mbs)) c = "n/a"
+          else c = sprintf("%.2fx / %.2fx", mbs[k]/mbs[p], m[k]/m[p])
           printf "  %-17s", c
         }
-        print ""
+        print (bad[k] ? "  (" bad[k] " failed)" : "")
       } }' "$RES"
   echo "load average at start: $LOAD0; at end: $(cut -d' ' -f1-3 /proc/loadavg) (2 cores: >1.5 means other work competed)"
-  echo "vs <peer>: speed ratio / peak-RSS ratio (speed >1: faster than peer; RSS <1: leaner)."
+  echo "medians of $REPEAT runs per tool, taking turns; vs <peer>: speed ratio / peak-RSS ratio (speed >1: faster than peer; RSS <1: leaner)."
   echo "rclone-tuned: up $TUNED_UP; down $TUNED_DOWN; small files $TUNED_SMALL"
 }
 
 for t in $TESTS; do case $t in
 big)
-  echo "big: $(numfmt --to=iec "$SIZE") random file" >&2
+  echo "big: $(numfmt --to=iec "$SIZE") random file, $REPEAT rounds" >&2
   head -c "$SIZE" /dev/urandom >"$W/big"
   mkdir -p "$W/dl"
-  if [ $HAVE_FERRY = 1 ]; then
-    run up-big ferry up "$SIZE" 1 "$FERRY" cp "$W/big" s3://bench/ferry/big || true
-    run down-big ferry down "$SIZE" 1 "$FERRY" cp s3://bench/ferry/big "$W/dl/big" && same "$W/big" "$W/dl/big" || true
+  for _ in $(seq "$REPEAT"); do
+    if [ $HAVE_FERRY = 1 ]; then
+      run up-big ferry up "$SIZE" 1 "$FERRY" cp --json "$W/big" s3://bench/ferry/big || true
+      run down-big ferry down "$SIZE" 1 "$FERRY" cp --json s3://bench/ferry/big "$W/dl/big" && same "$W/big" "$W/dl/big" || true
+      rm -rf "$W/dl"/*; clean
+    fi
+    run up-big rclone up "$SIZE" 1 "$RCLONE" copy "$W/big" b:bench/rclone/ || true
+    run down-big rclone down "$SIZE" 1 "$RCLONE" copy b:bench/rclone/big "$W/dl/" && same "$W/big" "$W/dl/big" || true
     rm -rf "$W/dl"/*; clean
-  fi
-  run up-big rclone up "$SIZE" 1 "$RCLONE" copy "$W/big" b:bench/rclone/ || true
-  run down-big rclone down "$SIZE" 1 "$RCLONE" copy b:bench/rclone/big "$W/dl/" && same "$W/big" "$W/dl/big" || true
-  rm -rf "$W/dl"/*; clean
-  # shellcheck disable=SC2086
-  run up-big rclone-tuned up "$SIZE" 1 "$RCLONE" copy $TUNED_UP "$W/big" b:bench/rclone/ || true
-  # shellcheck disable=SC2086
-  run down-big rclone-tuned down "$SIZE" 1 "$RCLONE" copy $TUNED_DOWN b:bench/rclone/big "$W/dl/" && same "$W/big" "$W/dl/big" || true
-  rm -rf "$W/dl" "$W/big"; clean ;;
+    # shellcheck disable=SC2086
+    run up-big rclone-tuned up "$SIZE" 1 "$RCLONE" copy $TUNED_UP "$W/big" b:bench/rclone/ || true
+    # shellcheck disable=SC2086
+    run down-big rclone-tuned down "$SIZE" 1 "$RCLONE" copy $TUNED_DOWN b:bench/rclone/big "$W/dl/" && same "$W/big" "$W/dl/big" || true
+    rm -rf "$W/dl"/*; clean
+  done
+  rm -rf "$W/dl" "$W/big" ;;
 small)
   echo "small: $FILES x $FILE_KB KiB files" >&2
   mkdir -p "$W/small"
@@ -143,9 +178,9 @@ small)
   head -c $(( FILES * FILE_KB * 1024 )) /dev/urandom | (cd "$W/small" && split -a 6 -d -b "${FILE_KB}K" - f)
   bytes=$(( FILES * FILE_KB * 1024 ))
   if [ $HAVE_FERRY = 1 ]; then
-    run up-small ferry up "$bytes" "$FILES" "$FERRY" cp -r "$W/small" s3://bench/small-ferry/ || true
+    run up-small ferry up "$bytes" "$FILES" "$FERRY" cp --json -r "$W/small" s3://bench/small-ferry/ || true
     # No trailing slash on the source: ferry 0.1.0 rejects "s3://b/p/" as key "p//".
-    run down-small ferry down "$bytes" "$FILES" "$FERRY" cp -r s3://bench/small-ferry "$W/dl/" && samedir "$W/small" "$W/dl" || true
+    run down-small ferry down "$bytes" "$FILES" "$FERRY" cp --json -r s3://bench/small-ferry "$W/dl/" && samedir "$W/small" "$W/dl" || true
     rm -rf "$W/dl"; clean
   fi
   for tool in rclone rclone-tuned; do

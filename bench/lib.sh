@@ -4,17 +4,31 @@
 #   client --lo(tbf: aggregate cap)--> toxiproxy :9000 (per-conn rate + latency) --lo--> MinIO :9100
 #                                      toxiproxy :9001 (same toxics)             --lo--> linkcap.py :9101
 #
-# Link profile: PROFILE=wan (RTT 80 ms, 8 MB/s per TCP connection, 100 MB/s aggregate),
-# or set RTT_MS / CONN_MBPS / AGG_MBPS yourself (they override the profile). 1 MB = 10^6 bytes.
-# Needs root (netns, tc). Everything lives under $BENCH_DIR and dies in link_down.
-
+# Link profiles (1 MB = 10^6 bytes; AGG_DOWN_MBPS defaults to AGG_MBPS):
+#   wan    RTT 80 ms, 8 MB/s per TCP connection, 100 MB/s aggregate
+#   lan    RTT 1 ms, 100 MB/s per connection, 1000 MB/s aggregate
+#   far    RTT 250 ms, 2 MB/s per connection, 50 MB/s aggregate
+#   slow   a home or branch-office uplink: RTT 20 ms, no per-connection cap, 4 MB/s in all
+#   lfp    a long fat pipe: RTT 200 ms, 10 MB/s per connection, 100 MB/s aggregate
+#   lossy  wan, with 1 connection in 50 reset after 3 s and data cut into small slices
+#   drop   wan, whose aggregate drops to a quarter after DROP_AT s and comes back DROP_FOR s later
+#   asym   RTT 40 ms, 50 MB/s per connection, 12 MB/s up and 60 MB/s down in all
+# or set RTT_MS / CONN_MBPS / AGG_MBPS / AGG_DOWN_MBPS yourself (they override the profile).
+# Not emulated: a new connection's handshake round trip (toxiproxy accepts on loopback at
+# once; no toxic acts on the first bytes only, and netem is missing here).
 case ${PROFILE:=wan} in
   wan) : "${RTT_MS:=80}" "${CONN_MBPS:=8}" "${AGG_MBPS:=100}" ;;
   lan) : "${RTT_MS:=1}" "${CONN_MBPS:=100}" "${AGG_MBPS:=1000}" ;;
   far) : "${RTT_MS:=250}" "${CONN_MBPS:=2}" "${AGG_MBPS:=50}" ;;
+  slow) : "${RTT_MS:=20}" "${CONN_MBPS:=1000}" "${AGG_MBPS:=4}" ;;
+  lfp) : "${RTT_MS:=200}" "${CONN_MBPS:=10}" "${AGG_MBPS:=100}" ;;
+  lossy) : "${RTT_MS:=80}" "${CONN_MBPS:=8}" "${AGG_MBPS:=100}" "${LOSSY:=1}" ;;
+  drop) : "${RTT_MS:=80}" "${CONN_MBPS:=8}" "${AGG_MBPS:=100}" "${DROP_AT:=8}" "${DROP_FOR:=10}" ;;
+  asym) : "${RTT_MS:=40}" "${CONN_MBPS:=50}" "${AGG_MBPS:=12}" "${AGG_DOWN_MBPS:=60}" ;;
   custom) : "${RTT_MS:?}" "${CONN_MBPS:?}" "${AGG_MBPS:?}" ;;
-  *) echo "unknown PROFILE=$PROFILE (wan|lan|far|custom)" >&2; return 2 ;;
+  *) echo "unknown PROFILE=$PROFILE (wan|lan|far|slow|lfp|lossy|drop|asym|custom)" >&2; return 2 ;;
 esac
+: "${AGG_DOWN_MBPS:=$AGG_MBPS}" "${LOSSY:=0}" "${DROP_AT:=0}" "${DROP_FOR:=0}"
 NS=${NS:-ferrybench}
 TOOLS=${FERRY_TOOLS:-$HOME/.cache/ferry/bin}
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -52,12 +66,12 @@ shape_lo() {
   #   down: server -> proxy  (sport 9100/9101)
   # Shaping proxy -> client instead lets toxiproxy's latency toxic queue up to 1024 chunks
   # per connection whenever conns x CONN > AGG (measured: 1 GiB RSS after 5 s, 32 streams).
-  local rate=$(( AGG_MBPS * 8 ))mbit port   # tc: mbit = 10^6 bit/s ("mbps" would be bytes!)
+  local rate=$(( AGG_MBPS * 8 ))mbit down=$(( AGG_DOWN_MBPS * 8 ))mbit port   # tc: mbit = 10^6 bit/s ("mbps" would be bytes!)
   nsx tc qdisc add dev lo root handle 1: htb
   nsx tc class add dev lo parent 1: classid 1:1 htb rate 100gbit quantum 200000   # up
   nsx tc class add dev lo parent 1: classid 1:2 htb rate 100gbit quantum 200000   # down
   nsx tc qdisc add dev lo parent 1:1 handle 10: tbf rate "$rate" burst "$TBF_BURST" latency "$TBF_LATENCY"
-  nsx tc qdisc add dev lo parent 1:2 handle 20: tbf rate "$rate" burst "$TBF_BURST" latency "$TBF_LATENCY"
+  nsx tc qdisc add dev lo parent 1:2 handle 20: tbf rate "$down" burst "$TBF_BURST" latency "$TBF_LATENCY"
   for port in 9000 9001; do
     nsx tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip dport $port 0xffff flowid 1:1
   done
@@ -79,9 +93,30 @@ add_proxy() { # name listen upstream
     [ $s = upstream ] && l=$(( RTT_MS / 2 )) || l=$(( RTT_MS - RTT_MS / 2 ))
     tox POST "/proxies/$1/toxics" "{\"name\":\"bw_$s\",\"type\":\"bandwidth\",\"stream\":\"$s\",\"attributes\":{\"rate\":$kb}}"
     tox POST "/proxies/$1/toxics" "{\"name\":\"lat_$s\",\"type\":\"latency\",\"stream\":\"$s\",\"attributes\":{\"latency\":$l}}"
+    if [ "$LOSSY" = 1 ]; then
+      tox POST "/proxies/$1/toxics" "{\"name\":\"slice_$s\",\"type\":\"slicer\",\"stream\":\"$s\",\"attributes\":{\"average_size\":1400,\"size_variation\":600,\"delay\":0}}"
+    fi
   done
+  if [ "$LOSSY" = 1 ]; then
+    tox POST "/proxies/$1/toxics" "{\"name\":\"reset\",\"type\":\"reset_peer\",\"stream\":\"upstream\",\"toxicity\":0.02,\"attributes\":{\"timeout\":3000}}"
+  fi
 }
 
+# The drop profile: after DROP_AT s the aggregate falls to a quarter, DROP_FOR s later it is
+# back. Started beside each timed run (link_change &), killed when the run ends.
+link_change() {
+  [ "$DROP_AT" != 0 ] || return 0
+  local q=$(( AGG_MBPS * 2 ))mbit qd=$(( AGG_DOWN_MBPS * 2 ))mbit
+  sleep "$DROP_AT"
+  nsx tc qdisc change dev lo parent 1:1 handle 10: tbf rate "$q" burst "$TBF_BURST" latency "$TBF_LATENCY"
+  nsx tc qdisc change dev lo parent 1:2 handle 20: tbf rate "$qd" burst "$TBF_BURST" latency "$TBF_LATENCY"
+  sleep "$DROP_FOR"
+  link_restore
+}
+link_restore() {
+  nsx tc qdisc change dev lo parent 1:1 handle 10: tbf rate $(( AGG_MBPS * 8 ))mbit burst "$TBF_BURST" latency "$TBF_LATENCY"
+  nsx tc qdisc change dev lo parent 1:2 handle 20: tbf rate $(( AGG_DOWN_MBPS * 8 ))mbit burst "$TBF_BURST" latency "$TBF_LATENCY"
+}
 link_up() { # [GiB of scratch space wanted]
   link_down 2>/dev/null || true
   BENCH_DIR=${BENCH_DIR:-$(bench_dir "${1:-4}")}
