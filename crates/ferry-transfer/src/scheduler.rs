@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::tuner::Tuner;
+use crate::tuner::{Reading, Tuner};
 
 /// Bulk's share while urgent work waits: one grant in this many.
 pub const BULK_SHARE: u32 = 4;
@@ -58,11 +58,15 @@ pub struct Scheduler {
     peak: AtomicUsize,
     /// Bytes of finished requests, for stores that report no flow.
     done: AtomicU64,
+    /// The last block's size that a transfer reserved memory for: the tuner's typical request.
+    block: AtomicU64,
     ticking: OnceLock<()>,
 }
 
 /// How often the tuner looks at the rate: a window ends on time however long requests take.
 const TICK: Duration = Duration::from_millis(250);
+/// Reservations below this are read-ahead stubs and small objects, not blocks.
+const BLOCK_MIN: u64 = 64 << 10;
 
 /// A request slot; released on drop.
 #[derive(Debug)]
@@ -90,12 +94,16 @@ impl Scheduler {
             memory_total: memory,
             peak: AtomicUsize::new(0),
             done: AtomicU64::new(0),
+            block: AtomicU64::new(0),
             ticking: OnceLock::new(),
         })
     }
 
     /// Waits for `bytes` of the memory budget (a block larger than the budget takes all of it).
     pub async fn reserve(&self, bytes: u64) -> Memory {
+        if bytes >= BLOCK_MIN {
+            self.block.store(bytes, Ordering::Relaxed);
+        }
         let want = (bytes as usize)
             .clamp(1, self.memory_total)
             .min(u32::MAX as usize) as u32;
@@ -190,12 +198,18 @@ async fn tick(sched: Weak<Scheduler>) {
         let Some(s) = sched.upgrade() else { return };
         let wire = ferry_store::flow::moved();
         let done = s.done.load(Ordering::Relaxed);
-        let grew = s
-            .slots
-            .lock()
-            .unwrap()
-            .tuner
-            .tick(wire, done, Instant::now());
+        let block = s.block.load(Ordering::Relaxed);
+        let grew = {
+            let mut slots = s.slots.lock().unwrap();
+            let r = Reading {
+                wire,
+                done,
+                in_flight: slots.in_flight,
+                waiting: slots.urgent.len() + slots.bulk.len(),
+                block,
+            };
+            slots.tuner.tick(r, Instant::now())
+        };
         if grew {
             s.dispatch();
         }

@@ -8,7 +8,13 @@
 //!   block then takes longer: the slow-uplink failure, 25 streams at 0.12 MB/s each).
 //! - Descend (x0.75) while fewer requests carry [`KEEP`] of the best rate seen before the
 //!   descent (never the last step's, or noise would ratchet the limit down).
-//! - Settled, probe every [`PROBE_AFTER`] windows, up and down in turn: links change.
+//! - Step back at once when a block would take longer than [`BLOCK_TIME`] at the present
+//!   per-request rate: that many requests only share a link that fewer fill (the descent is
+//!   a probe like the others, taken back if the rate falls, and then not tried again below
+//!   where it failed: a link whose every connection is that slow needs them all).
+//! - A window after a descent counts only once the requests in flight are down to the limit.
+//! - Settled, probe every [`PROBE_AFTER`] windows, up and down in turn: links change; and up
+//!   at once when the rate jumps or falls by [`RISE`] with the same requests.
 //! - A transient error cuts the limit by a third, as TCP does.
 
 use std::time::{Duration, Instant};
@@ -19,8 +25,18 @@ const WINDOW: Duration = Duration::from_secs(2);
 const GAIN: f64 = 1.07;
 /// A descent must keep this share of the best rate: the engine's promise is 0.95 of the link.
 const KEEP: f64 = 0.97;
+/// Requests kept above the knee's estimate, as a margin for its error.
+const KNEE_MARGIN: f64 = 1.25;
+/// Per window, what the best per-request rate keeps of its weight: links change.
+const FORGET: f64 = 0.97;
+/// A climb whose gain was at least this share of its added requests' doubles the next step.
+const STEEP: f64 = 0.7;
+/// A settled rate this much above the last one means the link got faster: probe up at once.
+const RISE: f64 = 1.3;
 /// Settled windows before the next probe.
 const PROBE_AFTER: u32 = 3;
+/// Longest a block should take at the rate each request gets: past it, requests queue.
+const BLOCK_TIME: f64 = 4.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Probe {
@@ -48,6 +64,30 @@ pub(crate) struct Tuner {
     probe: Option<Probe>,
     settled: u32,
     next_down: bool,
+    /// Requests in flight, summed over this window's ticks, and the ticks.
+    flight_sum: usize,
+    flight_ticks: usize,
+    /// The block-time descent failed from here: it goes no lower.
+    floor: usize,
+    /// The descent in progress is the block-time one.
+    shortcut: bool,
+    /// The best rate one request has carried (bytes/s), slowly forgotten.
+    per_request: f64,
+}
+
+/// What the scheduler sees at a tick.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reading {
+    /// Bytes on the wire since the process started.
+    pub wire: u64,
+    /// Bytes of finished requests since the process started (stores without flow).
+    pub done: u64,
+    /// Requests in flight now.
+    pub in_flight: usize,
+    /// Requests waiting for a slot now.
+    pub waiting: usize,
+    /// Size of a typical block request (0: none seen).
+    pub block: u64,
 }
 
 impl Tuner {
@@ -62,11 +102,17 @@ impl Tuner {
             wire_at: 0,
             done_at: 0,
             starved: false,
-            settling: false,
+            // The first window holds the burst into empty buffers and queues: not the link.
+            settling: true,
             base: None,
             probe: None,
             settled: 0,
             next_down: true,
+            flight_sum: 0,
+            flight_ticks: 0,
+            floor: 0,
+            shortcut: false,
+            per_request: 0.0,
         }
     }
 
@@ -78,29 +124,82 @@ impl Tuner {
         self.starved = true;
     }
 
-    /// Looks at the counters (`wire`: bytes on the wire; `done`: bytes of finished requests,
-    /// both since the process started); returns true when the limit rose.
-    pub(crate) fn tick(&mut self, wire: u64, done: u64, now: Instant) -> bool {
+    /// Looks at a reading, taken every few hundred milliseconds; returns true when the limit
+    /// rose.
+    pub(crate) fn tick(&mut self, r: Reading, now: Instant) -> bool {
+        self.flight_sum += r.in_flight;
+        self.flight_ticks += 1;
+        self.starved |= r.waiting > 0;
         let elapsed = now.duration_since(self.window_start);
         if elapsed < WINDOW {
             return false;
         }
-        let bytes = match wire - self.wire_at {
-            0 => done - self.done_at,
+        let bytes = match r.wire.saturating_sub(self.wire_at) {
+            0 => r.done.saturating_sub(self.done_at),
             w => w,
         };
         let rate = bytes as f64 / elapsed.as_secs_f64();
+        let in_flight = self.flight_sum as f64 / self.flight_ticks as f64;
+        self.flight_sum = 0;
+        self.flight_ticks = 0;
+        self.window_start = now;
+        self.wire_at = r.wire;
+        self.done_at = r.done;
+        // After a descent, blocks already sent finish at their own pace: until they have,
+        // the window measures the old limit.
+        if r.in_flight > self.limit && self.probe == Some(Probe::Down) {
+            self.starved = false;
+            return false;
+        }
         let starved = std::mem::take(&mut self.starved);
         let settling = std::mem::take(&mut self.settling);
-        self.window_start = now;
-        self.wire_at = wire;
-        self.done_at = done;
-        if self.fixed || settling || (!starved && self.probe.is_none()) {
+        if in_flight >= 1.0 {
+            self.per_request = (self.per_request * FORGET).max(rate / in_flight);
+        }
+        if self.fixed || settling {
             return false;
         }
         let before = self.limit;
-        self.evaluate(rate);
+        // Too many requests in flight is a fault whether or not more wait (the memory budget
+        // may hold them back); only a climb needs requests waiting to be worth anything.
+        // A probe is judged only in a window where the limit bound (requests waited): in the
+        // tail of a transfer fewer requests carry less, and that says nothing of the link.
+        if !self.block_time_descent(rate, in_flight, r.block) && starved {
+            self.evaluate(rate);
+        }
+        if self.limit != before {
+            tracing::debug!(
+                from = before,
+                to = self.limit,
+                mb_per_s = rate / 1e6,
+                in_flight,
+                probe = ?self.probe,
+                "tuner"
+            );
+        }
         self.limit > before
+    }
+
+    /// Steps down to the requests that keep each block within [`BLOCK_TIME`], when the
+    /// limit is past that and no probe is running; true when it did.
+    fn block_time_descent(&mut self, rate: f64, in_flight: f64, block: u64) -> bool {
+        if self.probe.is_some() || block == 0 || rate <= 0.0 || in_flight < 1.0 {
+            return false;
+        }
+        let per_request = rate / in_flight;
+        if block as f64 / per_request <= BLOCK_TIME {
+            return false;
+        }
+        let fill = (rate * BLOCK_TIME / block as f64).ceil() as usize;
+        let to = fill.min(self.down(rate)).max(self.floor).max(self.min);
+        if to >= self.limit || self.limit <= self.floor.max(self.min) {
+            return false;
+        }
+        self.base = Some((rate, self.limit));
+        self.probe = Some(Probe::Down);
+        self.shortcut = true;
+        self.set(to);
+        true
     }
 
     fn set(&mut self, limit: usize) {
@@ -113,8 +212,16 @@ impl Tuner {
         self.limit + self.limit / 2 + 1
     }
 
-    fn down(&self) -> usize {
-        (self.limit * 3 / 4).min(self.limit - 1)
+    /// A step down: a quarter, or straight to the knee, when the best rate one request has
+    /// carried says the link is full with fewer (a link that dropped to a quarter is seen in
+    /// one step, not in five).
+    fn down(&self, rate: f64) -> usize {
+        let step = (self.limit * 3 / 4).min(self.limit - 1);
+        if self.per_request <= 0.0 {
+            return step;
+        }
+        let knee = (rate / self.per_request * KNEE_MARGIN).ceil() as usize;
+        knee.clamp(self.min.min(step), step)
     }
 
     fn evaluate(&mut self, rate: f64) {
@@ -126,36 +233,55 @@ impl Tuner {
         };
         match self.probe.take() {
             Some(Probe::Up) if rate >= base_rate * GAIN => {
-                // It paid: keep climbing.
+                // It paid: keep climbing, twice as fast while the rate grows with the
+                // requests almost in proportion (far below the knee).
+                let grew = rate / base_rate.max(1.0);
+                let added = self.limit as f64 / base_limit.max(1) as f64;
                 self.base = Some((rate, self.limit));
                 self.probe = Some(Probe::Up);
-                self.set(self.up());
+                let to = if grew >= 1.0 + (added - 1.0) * STEEP {
+                    self.limit * 2
+                } else {
+                    self.up()
+                };
+                self.set(to);
             }
             Some(Probe::Down) if rate >= base_rate * KEEP && self.limit > self.min => {
                 // Fewer requests carried as much as the best before the descent: go on down.
+                self.shortcut = false;
                 self.base = Some((base_rate.max(rate), self.limit));
                 self.probe = Some(Probe::Down);
-                self.set(self.down());
+                self.set(self.down(rate));
             }
             Some(Probe::Down) if rate >= base_rate * KEEP => {
+                self.shortcut = false;
                 self.base = Some((base_rate.max(rate), self.limit));
             }
             Some(p) => {
                 // Taken back; the next probe goes the other way.
+                if std::mem::take(&mut self.shortcut) {
+                    self.floor = base_limit;
+                }
                 self.next_down = p == Probe::Up;
                 self.settled = 0;
                 self.set(base_limit);
             }
             None => {
-                // Settled: follow the link's present rate, probe now and then.
+                // Settled: follow the link's present rate, probe now and then, and at once
+                // upwards when the same requests suddenly carry more (the link came back).
+                let rose = rate >= base_rate * RISE;
+                let fell = rate * RISE <= base_rate && self.limit > self.min;
                 self.base = Some((rate, self.limit));
                 self.settled += 1;
-                if self.settled >= PROBE_AFTER {
+                // An upward probe is cheap (requests wait in a queue for a window), so it
+                // comes sooner: a link that came back is found in seconds.
+                let wait = if self.next_down { PROBE_AFTER } else { 1 };
+                if rose || fell || self.settled >= wait {
                     self.settled = 0;
-                    let down = self.next_down && self.limit > self.min;
+                    let down = fell || (!rose && self.next_down && self.limit > self.min);
                     self.next_down = !self.next_down;
                     let (probe, to) = if down {
-                        (Probe::Down, self.down())
+                        (Probe::Down, self.down(rate))
                     } else {
                         (Probe::Up, self.up())
                     };
@@ -172,6 +298,7 @@ impl Tuner {
             self.set((self.limit * 2 / 3).max(self.min));
             self.base = None;
             self.probe = None;
+            self.shortcut = false;
         }
     }
 }
@@ -184,13 +311,20 @@ mod tests {
     /// requests waiting, and returns the limits seen.
     fn simulate(t: &mut Tuner, rate: impl Fn(usize) -> f64, windows: usize) -> Vec<usize> {
         let mut now = t.window_start;
-        let mut wire = 0u64;
+        let mut wire = t.wire_at;
         let mut seen = Vec::new();
         for _ in 0..windows {
             now += WINDOW;
             t.note_waiting();
             wire += (rate(t.limit()) * WINDOW.as_secs_f64()) as u64;
-            t.tick(wire, 0, now);
+            let r = Reading {
+                wire,
+                done: 0,
+                in_flight: t.limit(),
+                waiting: 1,
+                block: 5 << 20,
+            };
+            t.tick(r, now);
             seen.push(t.limit());
         }
         seen
@@ -220,6 +354,45 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_uplink_is_seen_in_the_first_windows() {
+        // Each 5 MiB block would take 21 s among 16 requests on 4 MB/s: step back at the
+        // first window that counts (the very first holds the burst into empty buffers).
+        let mut t = Tuner::new(16, 128, false);
+        let seen = simulate(&mut t, capped(100e6, 4e6), 3);
+        assert!(seen[1] <= 4, "limits {seen:?}");
+    }
+
+    #[test]
+    fn too_many_requests_step_back_though_none_wait() {
+        // The memory budget, not the limit, holds requests back: the tuner must still see
+        // that 38 requests share 25 MB/s.
+        let mut t = Tuner::new(38, 128, false);
+        let mut now = t.window_start;
+        for i in 1..=4u64 {
+            now += WINDOW;
+            let r = Reading {
+                wire: i * 50_000_000,
+                done: 0,
+                in_flight: 38,
+                waiting: 0,
+                block: 5 << 20,
+            };
+            t.tick(r, now);
+        }
+        assert!(t.limit() <= 20, "limit {}", t.limit());
+    }
+
+    #[test]
+    fn slow_connections_are_not_mistaken_for_a_full_link() {
+        // 1 MB/s per connection, 100 MB/s in all: a block takes 5 s however few requests
+        // there are, so fewer requests only lose rate; the limit must stay and climb.
+        let mut t = Tuner::new(16, 128, false);
+        let seen = simulate(&mut t, capped(1e6, 100e6), 40);
+        assert!(seen[10..].iter().all(|&l| l >= 16), "limits {seen:?}");
+        assert!(*seen.last().unwrap() > 16, "never climbed: {seen:?}");
+    }
+
+    #[test]
     fn does_not_ratchet_up_on_a_capped_link() {
         let mut t = Tuner::new(16, 128, false);
         let seen = simulate(&mut t, capped(8e6, 100e6), 80);
@@ -241,9 +414,14 @@ mod tests {
             low[20..].iter().all(|&l| l <= 8),
             "kept 100 MB/s worth of requests at 25: {low:?}"
         );
-        let back = simulate(&mut t, capped(8e6, 100e6), 40);
         assert!(
-            back[20..].iter().any(|&l| l >= 13),
+            low[..5].iter().any(|&l| l <= 8),
+            "slow to step back: {low:?}"
+        );
+        let back = simulate(&mut t, capped(8e6, 100e6), 40);
+        // Within seconds: 8 windows are 16 s.
+        assert!(
+            back[..8].iter().any(|&l| l >= 13),
             "did not climb back: {back:?}"
         );
     }
