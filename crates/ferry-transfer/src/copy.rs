@@ -55,8 +55,10 @@ impl Engine {
         let blocks = plan.blocks(size);
 
         if blocks.len() <= 1 {
-            let _slot = self.sched.slot(class).await;
+            // Memory first: a slot is held only by a request that can go at once, so the
+            // tuner's count of requests in flight is of requests moving bytes.
             let _mem = self.sched.reserve(size).await;
+            let _slot = self.sched.slot(class).await;
             let what = format!("read {src_key}");
             let data = match size {
                 0 => Bytes::new(),
@@ -82,8 +84,8 @@ impl Engine {
         }
 
         let read = |i: usize, off: u64, len: u64| async move {
-            let slot = self.sched.slot(class).await;
             let mem = self.sched.reserve(len).await;
+            let slot = self.sched.slot(class).await;
             let what = format!("read {src_key} block {i}");
             let data = self
                 .retry(&what, len, || src.get_range(src_key, off..off + len))

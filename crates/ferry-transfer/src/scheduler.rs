@@ -58,6 +58,8 @@ pub struct Scheduler {
     peak: AtomicUsize,
     /// Bytes of finished requests, for stores that report no flow.
     done: AtomicU64,
+    /// Requests finished that moved bytes.
+    finished: AtomicU64,
     /// The last block's size that a transfer reserved memory for: the tuner's typical request.
     block: AtomicU64,
     ticking: OnceLock<()>,
@@ -94,6 +96,7 @@ impl Scheduler {
             memory_total: memory,
             peak: AtomicUsize::new(0),
             done: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
             block: AtomicU64::new(0),
             ticking: OnceLock::new(),
         })
@@ -143,6 +146,7 @@ impl Scheduler {
     /// flow on the wire).
     pub fn record(&self, bytes: u64) {
         self.done.fetch_add(bytes, Ordering::Relaxed);
+        self.finished.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A transient failure: fewer requests in flight for a while.
@@ -206,6 +210,7 @@ async fn tick(sched: Weak<Scheduler>) {
                 done,
                 in_flight: slots.in_flight,
                 waiting: slots.urgent.len() + slots.bulk.len(),
+                finished: s.finished.load(Ordering::Relaxed),
                 block,
             };
             slots.tuner.tick(r, Instant::now())
