@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use ferry_repo::archiver::{Archiver, BackupProgress};
 use ferry_repo::{Id, Repo, Snapshot};
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use tokio_postgres::Client;
 
 use crate::conn::{connect, pg_message};

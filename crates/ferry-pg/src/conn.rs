@@ -1,7 +1,7 @@
 //! Connecting the way libpq does: a conninfo string or URL, with `PGHOST`, `PGPORT`,
 //! `PGUSER`, `PGDATABASE` and `PGPASSWORD` filling in what it leaves out.
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use tokio_postgres::{Client, Config};
 
 use crate::tls::{self, Tls};

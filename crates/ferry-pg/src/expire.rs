@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use ferry_repo::{Id, Repo};
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::record::{backups, PgBackup};
 use crate::walview::WalView;
@@ -85,7 +85,7 @@ async fn expire_locked(repo: &Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<E
     let view = WalView::load(&repo, oldest.seg_size).await?;
     for (_, key) in view.older_than(from) {
         if !dry_run {
-            match repo.store().delete(&key).await {
+            match repo.remote().delete(&key).await {
                 Ok(()) | Err(Error::NotFound(_)) => {}
                 Err(e) => return Err(e),
             }

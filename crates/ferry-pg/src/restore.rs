@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use ferry_repo::archiver::BackupProgress;
 use ferry_repo::{Id, Repo, Snapshot};
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::record::{backups, PgBackup};
 use crate::target::Target;

@@ -1,7 +1,7 @@
 //! Recovery targets: where a point-in-time restore stops.
 
 use chrono::{DateTime, FixedOffset};
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::lsn::Lsn;
 use crate::record::PgBackup;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use ferry_repo::{Id, Repo};
-use ferry_store::Result;
+use ferry_transfer::Result;
 
 use crate::record::{backups, PgBackup};
 use crate::walview::WalView;

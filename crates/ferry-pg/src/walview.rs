@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use ferry_repo::Repo;
-use ferry_store::Result;
+use ferry_transfer::Result;
 use ferry_wal::{Archive, Kind, WalName};
 
 /// The archive's contents.
@@ -21,12 +21,7 @@ pub struct WalView {
 
 /// The WAL archive inside `repo`.
 pub fn archive(repo: &Repo) -> Arc<Archive> {
-    Archive::new(
-        repo.store().clone(),
-        &repo.path(""),
-        repo.engine().clone(),
-        0,
-    )
+    Archive::new(repo.remote().clone(), &repo.path(""), 0)
 }
 
 impl WalView {

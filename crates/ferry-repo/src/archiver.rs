@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::Semaphore;

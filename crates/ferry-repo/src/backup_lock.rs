@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use futures::FutureExt;
 use tokio::task::JoinHandle;
 

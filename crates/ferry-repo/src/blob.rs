@@ -1,6 +1,6 @@
 //! Reading blobs back: decrypt, decompress, and check the id against the plaintext.
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::crypto::MasterKey;
 use crate::id::Id;
@@ -41,7 +41,7 @@ fn decompress_capped(data: &[u8], out: &mut Vec<u8>, limit: u64) -> std::io::Res
             if out.capacity() < n as usize {
                 // A pooled buffer of the frame's size: one grown from a smaller one would
                 // be fresh memory.
-                *out = ferry_store::buffer::with_capacity(n as usize);
+                *out = ferry_transfer::buffer::with_capacity(n as usize);
             }
             let got = d
                 .as_mut()
@@ -107,7 +107,7 @@ pub fn with_blob<R>(
     what: &str,
     f: impl FnOnce(&[u8]) -> R,
 ) -> Result<R> {
-    let mut body = ferry_store::buffer::with_capacity(sealed.len());
+    let mut body = ferry_transfer::buffer::with_capacity(sealed.len());
     let mut unpacked = Vec::new();
     let r = (|| {
         key.open_into(kind.sealed(), sealed, &mut body, what)?;
@@ -119,8 +119,8 @@ pub fn with_blob<R>(
         }
         Ok(f(plain))
     })();
-    ferry_store::buffer::give_back(body);
-    ferry_store::buffer::give_back(unpacked);
+    ferry_transfer::buffer::give_back(body);
+    ferry_transfer::buffer::give_back(unpacked);
     r
 }
 

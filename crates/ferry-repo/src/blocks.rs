@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::id::Id;
 

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
-use ferry_store::Result;
+use ferry_transfer::Result;
 use futures::StreamExt;
 
 use crate::blob::open_blob;
@@ -148,7 +148,7 @@ pub async fn check(repo: &Repo, read_data: bool) -> Result<Report> {
     r.packs = index.packs().len();
     r.blobs = index.len();
 
-    let listing = repo.store().list(&repo.path("data/")).await?;
+    let listing = repo.remote().list(&repo.path("data/")).await?;
     let stored: HashMap<Id, u64> = listing
         .iter()
         .filter_map(|o| Some((Id::parse(o.key.rsplit('/').next()?)?, o.size)))

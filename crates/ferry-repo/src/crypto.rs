@@ -10,7 +10,7 @@
 use argon2::{Algorithm, Argon2, Params, Version};
 use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::id::Id;
 use crate::repo::Repo;

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::id::Id;
 use crate::pack::{decode_entries, encode_entries, BlobKind, Entry, ENTRY_LEN};

@@ -5,7 +5,7 @@
 //! opens a repository pays one.
 
 use argon2::Block;
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 /// Memory for `n` Argon2 blocks, unmapped on drop.
 pub(crate) struct KdfMemory {

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod archiver;
+pub mod backup;
 pub mod backup_lock;
 pub mod blob;
 pub(crate) mod blocks;

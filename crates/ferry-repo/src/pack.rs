@@ -8,7 +8,7 @@
 //! ```
 //! A pack is named by the BLAKE3 of its bytes, so `check --read-data` can verify it whole.
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::crypto::{Kind, MasterKey};
 use crate::id::Id;
@@ -105,7 +105,7 @@ impl Packer {
     /// doubling would fault in fresh pages, and copy, at each step.
     pub fn with_capacity(cap: usize) -> Self {
         Self {
-            buf: ferry_store::buffer::with_capacity(cap),
+            buf: ferry_transfer::buffer::with_capacity(cap),
             entries: Vec::new(),
         }
     }

@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use futures::StreamExt;
 
 use crate::checker::{snapshots, used_blobs};
@@ -59,7 +59,7 @@ async fn run(repo: &Repo) -> Result<Pruned> {
             "refusing to prune a damaged repository (run check): {e}"
         )));
     }
-    let listing = repo.store().list(&repo.path("data/")).await?;
+    let listing = repo.remote().list(&repo.path("data/")).await?;
     let sizes: HashMap<Id, u64> = listing
         .iter()
         .filter_map(|o| Some((Id::parse(o.key.rsplit('/').next()?)?, o.size)))
@@ -142,7 +142,7 @@ async fn run(repo: &Repo) -> Result<Pruned> {
     let sizes = &sizes;
     let deleted: Vec<Result<u64>> = futures::stream::iter(delete)
         .map(|p| async move {
-            repo.store().delete(&repo.pack_path(&p)).await?;
+            repo.remote().delete(&repo.pack_path(&p)).await?;
             Ok(sizes.get(&p).copied().unwrap_or(0))
         })
         .buffer_unordered(16)

@@ -1,8 +1,7 @@
 //! The repository on a store: the format marker, key files, and encrypted files (config,
 //! index, snapshots, locks) named by the BLAKE3 of their stored bytes.
 
-use ferry_store::{buffer, Error, Result};
-use ferry_transfer::{Class, Engine, NoProgress, SharedStore};
+use ferry_transfer::{buffer, Engine, Error, NoProgress, Remote, Result};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -41,9 +40,8 @@ pub struct Config {
 /// An open repository.
 #[derive(Debug, Clone)]
 pub struct Repo {
-    store: SharedStore,
+    remote: Remote,
     root: String,
-    engine: Engine,
     key: MasterKey,
     /// The key file that opened the repository.
     opened_with: Option<Id>,
@@ -73,21 +71,15 @@ pub(crate) const READ_AHEAD: usize = 32;
 impl Repo {
     /// Creates a repository of `format` (1 or 2; [`FORMAT`] unless an older ferry must read
     /// it) under `root`; refuses a prefix that already holds one.
-    pub async fn init(
-        store: SharedStore,
-        root: &str,
-        engine: Engine,
-        password: &[u8],
-        format: u32,
-    ) -> Result<Repo> {
+    pub async fn init(remote: Remote, root: &str, password: &[u8], format: u32) -> Result<Repo> {
         if !(1..=FORMAT).contains(&format) {
             return Err(Error::Invalid(format!(
                 "repository format {format}: ferry writes formats 1 and {FORMAT}"
             )));
         }
         let root = root.trim_matches('/').to_string();
-        let url = show(&store, &root);
-        match store.head(&join(&root, MARKER)).await {
+        let url = show(&remote, &root);
+        match remote.head(&join(&root, MARKER)).await {
             Ok(_) => {
                 return Err(Error::AlreadyExists(format!(
                     "{url} already holds a ferry repository"
@@ -96,7 +88,7 @@ impl Repo {
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
-        if !store.list(&join(&root, "keys/")).await?.is_empty() {
+        if !remote.list(&join(&root, "keys/")).await?.is_empty() {
             return Err(Error::AlreadyExists(format!(
                 "{url} already holds repository keys"
             )));
@@ -115,9 +107,8 @@ impl Repo {
             pack_size: 16 << 20,
         };
         let mut repo = Repo {
-            store,
+            remote,
             root,
-            engine,
             key,
             opened_with: None,
             cache: None,
@@ -137,13 +128,9 @@ impl Repo {
     }
 
     /// True when `root` holds a repository (its marker exists): one request, no password.
-    pub async fn exists(store: &SharedStore, root: &str, engine: &Engine) -> Result<bool> {
+    pub async fn exists(remote: &Remote, root: &str) -> Result<bool> {
         let marker = join(root.trim_matches('/'), MARKER);
-        let what = format!("read {marker}");
-        match engine
-            .request(Class::Urgent, &what, || store.head(&marker))
-            .await
-        {
+        match remote.head(&marker).await {
             Ok(_) => Ok(true),
             Err(Error::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
@@ -155,18 +142,16 @@ impl Repo {
     /// that opened the repository last time (from the cache) is unwrapped, since Argon2 takes
     /// as long as a few round trips.
     pub async fn open(
-        store: SharedStore,
+        remote: Remote,
         root: &str,
-        engine: Engine,
         password: &[u8],
         cache: Option<Cache>,
     ) -> Result<Repo> {
         let root = root.trim_matches('/').to_string();
-        let url = show(&store, &root);
+        let url = show(&remote, &root);
         let mut repo = Repo {
-            store: store.clone(),
+            remote: remote.clone(),
             root: root.clone(),
-            engine,
             key: MasterKey::generate(Id::default()),
             opened_with: None,
             cache,
@@ -190,7 +175,7 @@ impl Repo {
         });
         let (marker_key, config_key) = (join(&root, MARKER), join(&root, "config"));
         let (marker, keys, config) = tokio::join!(
-            store.head(&marker_key),
+            remote.head(&marker_key),
             repo.list_ids("keys"),
             repo.read_small(&config_key),
         );
@@ -272,6 +257,31 @@ impl Repo {
         }
     }
 
+    /// The snapshot `which` names: "latest" or a unique prefix of its id.
+    pub async fn snapshot(&self, which: &str) -> Result<(Id, crate::Snapshot)> {
+        let snaps = self.snapshots().await?;
+        if which == "latest" {
+            return snaps.into_iter().last().ok_or_else(|| {
+                Error::Invalid(format!("{}: the repository has no snapshots", self.url()))
+            });
+        }
+        let want = which.to_ascii_lowercase();
+        let mut hits: Vec<_> = snaps
+            .into_iter()
+            .filter(|(id, _)| id.hex().starts_with(&want))
+            .collect();
+        match hits.len() {
+            1 => Ok(hits.remove(0)),
+            0 => Err(Error::Invalid(format!(
+                "no snapshot {which} in {}",
+                self.url()
+            ))),
+            n => Err(Error::Invalid(format!(
+                "{which} matches {n} snapshots: give more digits"
+            ))),
+        }
+    }
+
     /// Adds a key file for `password`; returns its id.
     pub async fn add_key(&self, password: &[u8]) -> Result<Id> {
         let key = self.key.clone();
@@ -310,14 +320,14 @@ impl Repo {
 
     /// Removes a key file.
     pub async fn remove_key(&self, id: &Id) -> Result<()> {
-        self.store
+        self.remote
             .delete(&join(&self.root, &format!("keys/{id}")))
             .await
     }
 
     /// The repository's location, for messages.
     pub fn url(&self) -> String {
-        show(&self.store, &self.root)
+        show(&self.remote, &self.root)
     }
 
     /// The master key.
@@ -327,7 +337,7 @@ impl Repo {
 
     /// The engine moving bytes.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.remote.engine()
     }
 
     /// The store and the key of `rel` in it.
@@ -335,9 +345,9 @@ impl Repo {
         join(&self.root, rel)
     }
 
-    /// The store.
-    pub fn store(&self) -> &SharedStore {
-        &self.store
+    /// The store, through the engine.
+    pub fn remote(&self) -> &Remote {
+        &self.remote
     }
 
     /// Where pack `id` lives.
@@ -347,28 +357,19 @@ impl Repo {
     }
 
     pub(crate) async fn put(&self, key: &str, body: Vec<u8>) -> Result<u64> {
-        self.engine
-            .upload_bytes(buffer::bytes(body), &self.store, key, Class::Bulk)
-            .await
+        self.remote.upload_bytes(buffer::bytes(body), key).await
     }
 
     /// A whole object.
     pub async fn read(&self, key: &str) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        self.engine
-            .download(&self.store, key, &mut out, Class::Bulk, &NoProgress)
-            .await?;
+        self.remote.download(key, &mut out, &NoProgress).await?;
         Ok(out)
     }
 
     /// A whole small object (config, key, index, snapshot, lock file) in one request.
     pub async fn read_small(&self, key: &str) -> Result<Vec<u8>> {
-        let what = format!("read {key}");
-        let got = self
-            .engine
-            .request(Class::Bulk, &what, || self.store.get(key))
-            .await?;
-        Ok(got.into())
+        Ok(self.remote.get(key).await?.into())
     }
 
     /// The stored bytes of `kind/id`, from the cache when it has them, checked against the
@@ -422,12 +423,7 @@ impl Repo {
 
     /// A range of an object.
     pub async fn read_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<bytes::Bytes> {
-        let what = format!("read {key}");
-        self.engine
-            .request(Class::Bulk, &what, || {
-                self.store.get_range(key, range.clone())
-            })
-            .await
+        self.remote.get_range(key, range).await
     }
 
     /// Stores `plain` as an encrypted, compressed file of `kind` (index, snapshots, locks),
@@ -458,11 +454,7 @@ impl Repo {
     /// Ids of the files of `kind`.
     pub async fn list_ids(&self, kind: &str) -> Result<Vec<Id>> {
         let prefix = join(&self.root, &format!("{kind}/"));
-        let what = format!("list {prefix}");
-        let objs = self
-            .engine
-            .request(Class::Bulk, &what, || self.store.list(&prefix))
-            .await?;
+        let objs = self.remote.list(&prefix).await?;
         Ok(objs
             .iter()
             .filter_map(|o| Id::parse(o.key.rsplit('/').next()?))
@@ -471,7 +463,7 @@ impl Repo {
 
     /// Deletes the file `kind/id`.
     pub async fn delete_file(&self, kind: &str, id: &Id) -> Result<()> {
-        self.store
+        self.remote
             .delete(&join(&self.root, &format!("{kind}/{id}")))
             .await
     }
@@ -539,7 +531,7 @@ fn unwrap_key(body: &[u8], password: &[u8]) -> Result<Option<MasterKey>> {
     KeyFile::parse(body)?.unwrap(password)
 }
 
-fn show(store: &SharedStore, root: &str) -> String {
+fn show(store: &Remote, root: &str) -> String {
     let base = store.url();
     let base = base.trim_end_matches('/');
     match (base.is_empty(), root.is_empty()) {

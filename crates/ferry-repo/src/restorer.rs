@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use ferry_fs::Dir;
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use futures::StreamExt;
 
 use crate::blob::with_blob;
@@ -731,7 +731,7 @@ async fn restore_locked(
                     .map_err(|e| Error::Permanent(e.to_string()))
             }
         })
-        .buffer_unordered(if repo.store().is_local() {
+        .buffer_unordered(if repo.remote().is_local() {
             2 * cores
         } else {
             READS_AT_ONCE

@@ -29,8 +29,9 @@ pub struct Summary {
 
 impl Snapshot {
     /// Parses a snapshot file's plaintext; `what` names it in the error.
-    pub fn decode(b: &[u8], what: &str) -> ferry_store::Result<Snapshot> {
-        serde_json::from_slice(b).map_err(|e| ferry_store::Error::Checksum(format!("{what}: {e}")))
+    pub fn decode(b: &[u8], what: &str) -> ferry_transfer::Result<Snapshot> {
+        serde_json::from_slice(b)
+            .map_err(|e| ferry_transfer::Error::Checksum(format!("{what}: {e}")))
     }
 }
 

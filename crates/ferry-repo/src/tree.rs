@@ -133,7 +133,8 @@ pub struct Tree {
 
 impl Tree {
     /// Parses a tree blob's plaintext; `what` names it in the error.
-    pub fn decode(b: &[u8], what: &str) -> ferry_store::Result<Tree> {
-        serde_json::from_slice(b).map_err(|e| ferry_store::Error::Checksum(format!("{what}: {e}")))
+    pub fn decode(b: &[u8], what: &str) -> ferry_transfer::Result<Tree> {
+        serde_json::from_slice(b)
+            .map_err(|e| ferry_transfer::Error::Checksum(format!("{what}: {e}")))
     }
 }

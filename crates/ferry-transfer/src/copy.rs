@@ -32,7 +32,7 @@ pub(crate) fn meta_with(plan: BlockPlan, digest: Option<&str>) -> Meta {
 impl Engine {
     /// Copies `src_key` of `src` to `dst_key` of `dst`. The destination appears whole, checked,
     /// or not at all.
-    pub async fn copy(
+    pub(crate) async fn copy(
         &self,
         src: &SharedStore,
         src_key: &str,

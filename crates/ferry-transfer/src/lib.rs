@@ -9,6 +9,7 @@
 mod copy;
 pub mod digest;
 pub mod plan;
+mod remote;
 pub mod retry;
 pub mod scheduler;
 mod stream;
@@ -18,9 +19,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_store::{Result, Store};
+use ferry_store::Store;
+
+/// What the libraries above the engine need of the store layer's types; the store itself they
+/// reach only through a [`Remote`].
+pub use ferry_store::{buffer, Error, Meta, ObjectInfo, Result};
 
 pub use plan::BlockPlan;
+pub use remote::Remote;
 pub use retry::RetryPolicy;
 pub use scheduler::{Class, Scheduler};
 
@@ -143,10 +149,9 @@ impl Engine {
         }
     }
 
-    /// Runs one request under the retry policy, counting retries and telling the tuner.
     /// Runs one small request (a HEAD, a header read, a listing) in `class`, with the
     /// engine's retries, so that it waits its turn and survives a transient fault like a block.
-    pub async fn request<T, F, Fut>(&self, class: Class, what: &str, op: F) -> Result<T>
+    pub(crate) async fn request<T, F, Fut>(&self, class: Class, what: &str, op: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,

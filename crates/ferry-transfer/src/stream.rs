@@ -29,7 +29,7 @@ async fn read_block<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> Result<Bytes> 
 impl Engine {
     /// Uploads everything `reader` yields to `key`, in blocks, without knowing the length in
     /// advance; buffered bytes stay within the memory budget.
-    pub async fn upload<R: AsyncRead + Unpin>(
+    pub(crate) async fn upload<R: AsyncRead + Unpin>(
         &self,
         mut reader: R,
         dst: &SharedStore,
@@ -128,7 +128,7 @@ impl Engine {
     }
 
     /// Uploads `data`, already in memory, to `key`; its blocks are slices of it, not copies.
-    pub async fn upload_bytes(
+    pub(crate) async fn upload_bytes(
         &self,
         data: Bytes,
         dst: &SharedStore,
@@ -199,7 +199,7 @@ impl Engine {
 
     /// Writes object `key` to `writer` in order, fetching blocks ahead in parallel; the content
     /// is checked against the store's digest at the end, when the store vouches for one.
-    pub async fn download<W: AsyncWrite + Unpin>(
+    pub(crate) async fn download<W: AsyncWrite + Unpin>(
         &self,
         src: &SharedStore,
         key: &str,

@@ -38,27 +38,23 @@ async fn urgent_finishes_first_while_bulk_progresses() {
         ..Default::default()
     });
     let bulk_done = Arc::new(Counter::default());
+    let (local, s3) = (
+        engine.remote(local, Class::Bulk),
+        engine.remote(s3, Class::Bulk),
+    );
     let bulk = tokio::spawn({
-        let (e, l, s, p) = (engine.clone(), local.clone(), s3.clone(), bulk_done.clone());
+        let (l, s, p) = (local.clone(), s3.clone(), bulk_done.clone());
         async move {
-            e.copy(&l, "bulk", &s, "bulk", Class::Bulk, &*p)
-                .await
-                .unwrap();
+            l.copy_to("bulk", &s, "bulk", &*p).await.unwrap();
             Instant::now()
         }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     let bulk_before = bulk_done.0.load(Ordering::SeqCst);
     let urgent_started = Instant::now();
-    engine
-        .copy(
-            &local,
-            "urgent",
-            &s3,
-            "urgent",
-            Class::Urgent,
-            &Counter::default(),
-        )
+    local
+        .with_class(Class::Urgent)
+        .copy_to("urgent", &s3, "urgent", &Counter::default())
         .await
         .unwrap();
     let urgent_finished = Instant::now();

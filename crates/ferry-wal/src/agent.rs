@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_store::Result;
+use ferry_transfer::Result;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
@@ -94,7 +94,7 @@ impl PushAgent {
                         // gets an ack that matches neither, and is pushed again.
                         let meta = tokio::fs::metadata(&path)
                             .await
-                            .map_err(|e| ferry_store::Error::io(path.display(), e))?;
+                            .map_err(|e| ferry_transfer::Error::io(path.display(), e))?;
                         let pushed = push_file(&archive, &path).await?;
                         Ok((pushed.header().hash_hex(), meta))
                     }

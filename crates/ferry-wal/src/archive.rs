@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use ferry_store::{Error, ObjectInfo, Result};
-use ferry_transfer::{Class, Engine, NoProgress, SharedStore};
+use ferry_transfer::{Class, Engine, NoProgress, Remote};
+use ferry_transfer::{Error, ObjectInfo, Result};
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 
@@ -62,9 +62,8 @@ pub struct Gap {
 /// The archive for one cluster.
 #[derive(Debug)]
 pub struct Archive {
-    store: SharedStore,
+    store: Remote,
     root: String,
-    engine: Engine,
     level: i32,
     key: Option<WalKey>,
     cluster: OnceCell<Cluster>,
@@ -73,23 +72,18 @@ pub struct Archive {
 impl Archive {
     /// The archive under `root` (a key prefix, possibly empty) of `store`; WAL is compressed
     /// with zstd at `level` (0: not compressed).
-    pub fn new(store: SharedStore, root: &str, engine: Engine, level: i32) -> Arc<Self> {
-        Self::with_key(store, root, engine, level, None)
+    pub fn new(store: Remote, root: &str, level: i32) -> Arc<Self> {
+        Self::with_key(store, root, level, None)
     }
 
     /// Like [`Archive::new`]; with `key`, every file pushed is encrypted, and fetches decrypt
     /// (plaintext objects, archived before the repository was encrypted, are still read).
-    pub fn with_key(
-        store: SharedStore,
-        root: &str,
-        engine: Engine,
-        level: i32,
-        key: Option<WalKey>,
-    ) -> Arc<Self> {
+    pub fn with_key(store: Remote, root: &str, level: i32, key: Option<WalKey>) -> Arc<Self> {
         Arc::new(Self {
-            store,
+            // PostgreSQL waits on every WAL call (archive_command, restore_command): they go
+            // before bulk work sharing the engine. This is where that is decided.
+            store: store.with_class(Class::Urgent),
             root: root.trim_matches('/').to_string(),
-            engine,
             level,
             key,
             cluster: OnceCell::new(),
@@ -124,14 +118,12 @@ impl Archive {
 
     /// The engine the archive moves bytes with.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.store.engine()
     }
 
     async fn read_all(&self, key: &str) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        self.engine
-            .download(&self.store, key, &mut out, Class::Urgent, &NoProgress)
-            .await?;
+        self.store.download(key, &mut out, &NoProgress).await?;
         Ok(out)
     }
 
@@ -139,14 +131,8 @@ impl Archive {
     async fn put_json<T: Serialize>(&self, rel: &str, value: &T) -> Result<()> {
         let body = serde_json::to_vec_pretty(value).expect("serializable");
         let key = self.key(rel);
-        self.engine
-            .upload(
-                &body[..],
-                &self.store,
-                &key,
-                Class::Urgent,
-                Arc::new(NoProgress),
-            )
+        self.store
+            .upload(&body[..], &key, Arc::new(NoProgress))
             .await?;
         Ok(())
     }
@@ -197,12 +183,7 @@ impl Archive {
     /// The header of the archived `name`, or `NotFound`.
     pub async fn peek(&self, name: &WalName) -> Result<Header> {
         let key = self.key(&name.key());
-        let head = self
-            .engine
-            .request(Class::Urgent, &format!("read {key}"), || {
-                self.store.get_range(&key, 0..HEADER_LEN as u64)
-            })
-            .await;
+        let head = self.store.get_range(&key, 0..HEADER_LEN as u64).await;
         match head {
             Ok(b) => Header::parse(&b, &format!("{}/wal/{}", self.url(), name.key())),
             Err(Error::NotFound(m)) => Err(Error::NotFound(m)),
@@ -270,14 +251,8 @@ impl Archive {
         }
         let key = self.key(&name.key());
         let bytes = self
-            .engine
-            .upload(
-                &obj[..],
-                &self.store,
-                &key,
-                Class::Urgent,
-                Arc::new(NoProgress),
-            )
+            .store
+            .upload(&obj[..], &key, Arc::new(NoProgress))
             .await?;
         Ok(Pushed::Stored { header, bytes })
     }
@@ -315,11 +290,7 @@ impl Archive {
     pub async fn list(&self) -> Result<Vec<(WalName, ObjectInfo)>> {
         let prefix = self.key("");
         let mut out = Vec::new();
-        let what = format!("list {prefix}");
-        let listing = self
-            .engine
-            .request(Class::Urgent, &what, || self.store.list(&prefix))
-            .await?;
+        let listing = self.store.list(&prefix).await?;
         for info in listing {
             let rel = &info.key[prefix.len()..];
             if rel.starts_with("gaps/") {

@@ -22,7 +22,7 @@
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use rand::RngCore;
 
 const MAGIC: &[u8; 8] = b"FERRYWAL";

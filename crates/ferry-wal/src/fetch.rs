@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 

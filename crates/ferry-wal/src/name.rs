@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 /// What kind of file PostgreSQL hands to `archive_command`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -3,7 +3,7 @@
 //! can refuse a file from another cluster, or a recycled file under the wrong name, without a
 //! database connection.
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::name::{Kind, WalName};
 

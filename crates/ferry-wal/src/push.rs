@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 use crate::archive::{Archive, Gap, Pushed};
 use crate::name::WalName;

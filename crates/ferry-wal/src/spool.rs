@@ -16,7 +16,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 
 /// An open spool directory.
 #[derive(Debug, Clone)]

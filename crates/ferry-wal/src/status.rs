@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ferry_store::Result;
+use ferry_transfer::Result;
 use serde::Serialize;
 
 use crate::archive::{Archive, Gap};

@@ -3,47 +3,23 @@
 mod argv;
 mod cli;
 mod cmd;
+mod ctx;
+mod output;
 mod password;
 mod places;
-mod progress;
 mod settings;
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use anyhow::Result;
 use clap::Parser;
-use ferry_transfer::{Engine, Report};
+use ferry_transfer::Engine;
 
 use cli::{Cli, Command};
+use ctx::Ctx;
+use output::Output;
 use places::Stores;
 use settings::Settings;
-
-/// How a command reports: a JSON summary on stdout, a bar on a terminal, or nothing.
-pub struct Output {
-    pub json: bool,
-    pub progress: bool,
-}
-
-impl Output {
-    /// Prints the closing summary: JSON with `--json`, one line on a terminal, else nothing.
-    pub fn summary(&self, r: &Report, started: Instant, failed: u64) -> Result<()> {
-        let secs = started.elapsed().as_secs_f64();
-        if self.json {
-            println!("{}", cmd::cp::summary_json(r, secs, failed));
-        } else if self.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-            eprintln!(
-                "copied {} objects, {:.1} MB in {secs:.1}s ({:.1} MB/s, {} in flight at most, {} retries)",
-                r.objects,
-                r.bytes as f64 / 1e6,
-                r.bytes as f64 / 1e6 / secs.max(1e-9),
-                r.concurrency,
-                r.retries
-            );
-        }
-        Ok(())
-    }
-}
 
 fn init_logging(verbose: u8, agent: bool) {
     // Other crates' logs only on request: rustls, say, logs a refused certificate at ERROR,
@@ -68,37 +44,35 @@ fn init_logging(verbose: u8, agent: bool) {
 async fn run(cli: Cli) -> Result<()> {
     let settings = Settings::load(&cli.global)?;
     let engine = Engine::new(settings.engine.clone());
-    let mut stores = Stores::new(settings);
-    let out = Output {
-        json: cli.global.json,
-        progress: !cli.global.quiet && !cli.global.json,
+    let mut ctx = Ctx {
+        global: cli.global.clone(),
+        stores: Stores::new(settings, engine),
+        out: Output {
+            json: cli.global.json,
+            progress: !cli.global.quiet && !cli.global.json,
+        },
     };
-    let g = &cli.global;
+    let ctx = &mut ctx;
     match &cli.command {
-        Command::Cp(args) => cmd::cp::run(args, &mut stores, &engine, &out).await,
-        Command::Ls(args) if cmd::repo::names_snapshot(&args.url, &stores) => {
-            let dir = args.path.as_deref();
-            cmd::repo::ls(g, &args.url, dir, &mut stores, &engine, &out).await
+        Command::Cp(args) => cmd::cp::run(args, ctx).await,
+        Command::Ls(args) if cmd::repo::names_snapshot(&args.url, &ctx.stores) => {
+            cmd::repo::ls(&args.url, args.path.as_deref(), ctx).await
         }
-        Command::Ls(args) => cmd::ls::ls(&args.url, &mut stores, &out).await,
-        Command::Init(a) => cmd::repo::init(a, g, &mut stores, &engine, &out).await,
-        Command::Backup(a) => cmd::backup::backup(a, g, &mut stores, &engine, &out).await,
-        Command::Snapshots => cmd::repo::snapshots(g, &mut stores, &engine, &out).await,
-        Command::Restore(a) => cmd::backup::restore(a, g, &mut stores, &engine, &out).await,
-        Command::Check(a) => cmd::maint::check(a, g, &mut stores, &engine, &out).await,
-        Command::Forget(a) => cmd::maint::forget(a, g, &mut stores, &engine, &out).await,
-        Command::Prune => cmd::maint::prune(g, &mut stores, &engine, &out).await,
-        Command::Key(k) => cmd::key::run(&k.cmd, g, &mut stores, &engine, &out).await,
-        Command::Mkdir(args) => cmd::ls::mkdir(&args.url, &mut stores, &out).await,
-        Command::WalPush(args) => {
-            cmd::wal::push_cmd(args, &cli.global, &mut stores, &engine, &out).await
-        }
-        Command::WalFetch(args) => {
-            cmd::wal::fetch_cmd(args, &cli.global, &mut stores, &engine, &out).await
-        }
-        Command::WalStatus(args) => cmd::wal::status_cmd(args, g, &mut stores, &engine, &out).await,
-        Command::WalAgent(args) => cmd::wal::agent_cmd(args, g, &mut stores, &engine).await,
-        Command::Pg(a) => cmd::pg::run(&a.cmd, g, &mut stores, &engine, &out).await,
+        Command::Ls(args) => cmd::ls::ls(&args.url, ctx).await,
+        Command::Init(a) => cmd::repo::init(a, ctx).await,
+        Command::Backup(a) => cmd::backup::backup(a, ctx).await,
+        Command::Snapshots => cmd::repo::snapshots(ctx).await,
+        Command::Restore(a) => cmd::backup::restore(a, ctx).await,
+        Command::Check(a) => cmd::maint::check(a, ctx).await,
+        Command::Forget(a) => cmd::maint::forget(a, ctx).await,
+        Command::Prune => cmd::maint::prune(ctx).await,
+        Command::Key(k) => cmd::key::run(&k.cmd, ctx).await,
+        Command::Mkdir(args) => cmd::ls::mkdir(&args.url, ctx).await,
+        Command::WalPush(args) => cmd::wal::push_cmd(args, ctx).await,
+        Command::WalFetch(args) => cmd::wal::fetch_cmd(args, ctx).await,
+        Command::WalStatus(args) => cmd::wal::status_cmd(args, ctx).await,
+        Command::WalAgent(args) => cmd::wal::agent_cmd(args, ctx).await,
+        Command::Pg(a) => cmd::pg::run(&a.cmd, ctx).await,
     }
 }
 

@@ -8,15 +8,15 @@ use anyhow::{bail, Context, Result};
 use ferry_store::cloud::CloudStore;
 use ferry_store::local::LocalStore;
 use ferry_store::{Location, Scheme};
-use ferry_transfer::SharedStore;
+use ferry_transfer::{Class, Engine, Remote, SharedStore};
 
 use crate::settings::Settings;
 
-/// A location opened: the store it lives in and the key inside it.
+/// A location opened: the store it lives in, seen through the engine, and the key inside it.
 #[derive(Debug, Clone)]
 pub struct Place {
     pub loc: Location,
-    pub store: SharedStore,
+    pub store: Remote,
     /// Key in `store`; for local paths, the absolute path without its leading `/`.
     pub key: String,
     /// The user wrote a trailing `/`: a directory or prefix is meant.
@@ -38,18 +38,27 @@ impl Place {
     }
 }
 
-/// Opens stores once per bucket, so that one connection pool serves every object.
+/// Opens stores once per bucket, so that one connection pool serves every object. This is
+/// the only place a raw store exists: it is wrapped in the engine at once, and every call
+/// above goes through the engine's scheduling and retries.
 pub struct Stores {
     settings: Settings,
+    engine: Engine,
     cache: HashMap<(String, String), SharedStore>,
 }
 
 impl Stores {
-    pub fn new(settings: Settings) -> Self {
+    pub fn new(settings: Settings, engine: Engine) -> Self {
         Self {
             settings,
+            engine,
             cache: HashMap::new(),
         }
+    }
+
+    /// The engine every store is seen through.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// The settings stores are opened with.
@@ -109,7 +118,8 @@ impl Stores {
         }
         Ok(Place {
             loc,
-            store,
+            // Bulk unless said otherwise: the WAL archive marks its own calls urgent.
+            store: self.engine.remote(store, Class::Bulk),
             key,
             dir_hint,
         })

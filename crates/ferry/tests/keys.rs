@@ -106,9 +106,10 @@ fn hold_lock(rt: &tokio::runtime::Runtime, repo: &Repo, exclusive: bool) -> ferr
     use std::sync::Arc;
     rt.block_on(async {
         let key = repo.url.trim_start_matches('/').to_string();
-        let store = Arc::new(ferry_store::local::LocalStore::new("/"));
         let engine = ferry_transfer::Engine::new(ferry_transfer::EngineConfig::default());
-        let r = ferry_repo::Repo::open(store, &key, engine, b"correct horse", None)
+        let store = Arc::new(ferry_store::local::LocalStore::new("/"));
+        let store = engine.remote(store, ferry_transfer::Class::Bulk);
+        let r = ferry_repo::Repo::open(store, &key, b"correct horse", None)
             .await
             .unwrap();
         ferry_repo::lock::Lock::acquire(Arc::new(r), exclusive)

@@ -15,7 +15,7 @@ use ferry_repo::archiver::{Archiver, Quiet};
 use ferry_repo::blob::Trees;
 use ferry_repo::Repo as Repository;
 use ferry_store::local::LocalStore;
-use ferry_transfer::{Engine, EngineConfig};
+use ferry_transfer::{Class, Engine, EngineConfig};
 use repokit::{assert_same_tree, scratch, stderr, Repo};
 
 /// Root, which these attacks need (a restore that sets owners, a reader of another uid).
@@ -252,9 +252,9 @@ fn forge_levels(repo_dir: &Path, levels: u32, edit: impl FnOnce(&mut Vec<ferry_r
     rt.block_on(async {
         let key = repo_dir.to_str().unwrap().trim_start_matches('/');
         let engine = Engine::new(EngineConfig::default());
-        let store = Arc::new(LocalStore::new("/"));
+        let store = engine.remote(Arc::new(LocalStore::new("/")), Class::Bulk);
         let repo = Arc::new(
-            Repository::open(store, key, engine, b"correct horse", None)
+            Repository::open(store, key, b"correct horse", None)
                 .await
                 .unwrap(),
         );

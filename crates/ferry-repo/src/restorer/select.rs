@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use ferry_store::{Error, Result};
+use ferry_transfer::{Error, Result};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// The compiled patterns.

@@ -5,13 +5,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use ferry_store::{Error, Scheme};
-use ferry_transfer::{Class, Engine, Progress, Report};
+use ferry_transfer::Progress;
 use futures::StreamExt;
 
 use crate::cli::CpArgs;
-use crate::places::{base_name, join, Place, Stores};
-use crate::progress::Bar;
-use crate::Output;
+use crate::ctx::Ctx;
+use crate::output::Bar;
+use crate::places::{base_name, join, Place};
 
 /// Objects copied at once; the scheduler, not this number, bounds requests in flight, so it
 /// only needs to be large enough to keep the scheduler fed with small files.
@@ -25,7 +25,9 @@ struct Job {
     dst_key: String,
 }
 
-pub async fn run(args: &CpArgs, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {
+pub async fn run(args: &CpArgs, ctx: &mut Ctx) -> Result<()> {
+    let engine = ctx.engine().clone();
+    let Ctx { stores, out, .. } = ctx;
     let (dst_raw, srcs) = args.paths.split_last().expect("clap requires two paths");
     let dst = stores.open(dst_raw)?;
     let many = srcs.len() > 1 || args.recursive;
@@ -37,7 +39,7 @@ pub async fn run(args: &CpArgs, stores: &mut Stores, engine: &Engine, out: &Outp
             bail!("'-' copies exactly one stream: give one source and one destination");
         }
         let src = stores.open(&srcs[0])?;
-        stream(&src, &dst, engine, bar.clone()).await?;
+        stream(&src, &dst, bar.clone()).await?;
         bar.finish();
         return out.summary(&engine.report(), started, 0);
     }
@@ -49,15 +51,10 @@ pub async fn run(args: &CpArgs, stores: &mut Stores, engine: &Engine, out: &Outp
     }
     if let [job] = &jobs[..] {
         // One object: its error is the command's error, on one line.
-        let r = engine
-            .copy(
-                &job.src.store,
-                &job.src_key,
-                &job.dst.store,
-                &job.dst_key,
-                Class::Bulk,
-                &*bar,
-            )
+        let r = job
+            .src
+            .store
+            .copy_to(&job.src_key, &job.dst.store, &job.dst_key, &*bar)
             .await;
         bar.finish();
         r.map_err(|e| {
@@ -69,7 +66,7 @@ pub async fn run(args: &CpArgs, stores: &mut Stores, engine: &Engine, out: &Outp
         })?;
         return out.summary(&engine.report(), started, 0);
     }
-    let failed = copy_all(jobs, engine, &bar).await;
+    let failed = copy_all(jobs, &bar).await;
     bar.finish();
     out.summary(&engine.report(), started, failed)?;
     if failed > 0 {
@@ -81,27 +78,19 @@ pub async fn run(args: &CpArgs, stores: &mut Stores, engine: &Engine, out: &Outp
     Ok(())
 }
 
-async fn stream(src: &Place, dst: &Place, engine: &Engine, bar: Arc<Bar>) -> Result<()> {
+async fn stream(src: &Place, dst: &Place, bar: Arc<Bar>) -> Result<()> {
     match (src.loc.scheme, dst.loc.scheme) {
         (Scheme::Stdio, Scheme::Stdio) => bail!("copying stdin to stdout: use cat"),
         (Scheme::Stdio, _) => {
             let key = single_dst_key(dst, None)?;
-            engine
-                .upload(tokio::io::stdin(), &dst.store, &key, Class::Bulk, bar)
-                .await?;
+            dst.store.upload(tokio::io::stdin(), &key, bar).await?;
         }
         (_, Scheme::Stdio) => {
             if src.dir_hint || src.key.is_empty() {
                 bail!("{}: names a directory or prefix, not one object", src.loc);
             }
-            engine
-                .download(
-                    &src.store,
-                    &src.key,
-                    tokio::io::stdout(),
-                    Class::Bulk,
-                    &*bar,
-                )
+            src.store
+                .download(&src.key, tokio::io::stdout(), &*bar)
                 .await?;
         }
         _ => unreachable!("one side is a stream"),
@@ -197,19 +186,14 @@ async fn plan(
 }
 
 /// Copies every job, many at once; a failed object is reported and the rest go on.
-async fn copy_all(jobs: Vec<Job>, engine: &Engine, bar: &Arc<Bar>) -> u64 {
+async fn copy_all(jobs: Vec<Job>, bar: &Arc<Bar>) -> u64 {
     let progress: &dyn Progress = &**bar;
     let results = futures::stream::iter(jobs)
         .map(|j| async move {
-            let r = engine
-                .copy(
-                    &j.src.store,
-                    &j.src_key,
-                    &j.dst.store,
-                    &j.dst_key,
-                    Class::Bulk,
-                    progress,
-                )
+            let r = j
+                .src
+                .store
+                .copy_to(&j.src_key, &j.dst.store, &j.dst_key, progress)
                 .await;
             (j, r)
         })
@@ -227,19 +211,4 @@ async fn copy_all(jobs: Vec<Job>, engine: &Engine, bar: &Arc<Bar>) -> u64 {
         }
     }
     failed
-}
-
-/// The numbers `--json` prints.
-pub fn summary_json(r: &Report, seconds: f64, failed: u64) -> serde_json::Value {
-    serde_json::json!({
-        "objects": r.objects,
-        "failed": failed,
-        "bytes": r.bytes,
-        "seconds": seconds,
-        "mb_per_s": r.bytes as f64 / 1e6 / seconds.max(1e-9),
-        "block_size": r.block_size,
-        "concurrency": r.concurrency,
-        "retries": r.retries,
-        "verified": r.verified,
-    })
 }

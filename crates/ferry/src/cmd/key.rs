@@ -6,22 +6,20 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use ferry_repo::Id;
-use ferry_transfer::Engine;
 
 use crate::cli::{Global, KeyCmd};
 use crate::cmd::repo::open;
+use crate::ctx::Ctx;
 use crate::password::password;
-use crate::places::Stores;
 use crate::Output;
 
-pub async fn run(
-    cmd: &KeyCmd,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
-    let repo = open(g, stores, engine).await?;
+pub async fn run(cmd: &KeyCmd, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
+    let repo = open(g, stores).await?;
     match cmd {
         KeyCmd::Passwd(n) => {
             let new = new_password(g, n.new_password_file.as_deref())?;

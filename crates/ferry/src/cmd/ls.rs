@@ -3,11 +3,11 @@
 use anyhow::Result;
 use ferry_store::Scheme;
 
-use crate::places::Stores;
-use crate::Output;
+use crate::ctx::Ctx;
 
-pub async fn ls(url: &str, stores: &mut Stores, out: &Output) -> Result<()> {
-    let place = stores.open(url)?;
+pub async fn ls(url: &str, ctx: &mut Ctx) -> Result<()> {
+    let place = ctx.stores.open(url)?;
+    let out = &ctx.out;
     if place.loc.scheme == Scheme::Stdio {
         anyhow::bail!("'-' cannot be listed");
     }
@@ -31,8 +31,9 @@ pub async fn ls(url: &str, stores: &mut Stores, out: &Output) -> Result<()> {
     Ok(())
 }
 
-pub async fn mkdir(url: &str, stores: &mut Stores, out: &Output) -> Result<()> {
-    let place = stores.open(url)?;
+pub async fn mkdir(url: &str, ctx: &mut Ctx) -> Result<()> {
+    let place = ctx.stores.open(url)?;
+    let out = &ctx.out;
     let created = match place.loc.scheme {
         Scheme::Stdio => anyhow::bail!("'-' is not a place to create"),
         Scheme::Local => std::fs::create_dir_all(place.path()).map(|_| true)?,

@@ -2,23 +2,21 @@
 
 use anyhow::{bail, Result};
 use ferry_repo::forget::Policy;
-use ferry_transfer::Engine;
 
-use crate::cli::{CheckArgs, ForgetArgs, Global};
+use crate::cli::{CheckArgs, ForgetArgs};
 use crate::cmd::repo::{open, open_uncached};
-use crate::places::Stores;
+use crate::ctx::Ctx;
 use crate::Output;
 
-pub async fn check(
-    args: &CheckArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
-    let repo = open_uncached(g, stores, engine).await?;
+pub async fn check(args: &CheckArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
+    let repo = open_uncached(g, stores).await?;
     let mut r = ferry_repo::checker::check(&repo, args.read_data).await?;
-    let wal = crate::cmd::wal::audit_archive(&repo, stores, engine, args.read_data).await?;
+    let wal = crate::cmd::wal::audit_archive(&repo, stores, args.read_data).await?;
     r.errors.extend(wal.into_iter().map(|f| f.problem));
     if out.json {
         println!(
@@ -57,13 +55,12 @@ pub async fn check(
     Ok(())
 }
 
-pub async fn forget(
-    args: &ForgetArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
+pub async fn forget(args: &ForgetArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
     let policy = Policy {
         last: args.keep_last,
         hourly: args.keep_hourly,
@@ -72,8 +69,8 @@ pub async fn forget(
         monthly: args.keep_monthly,
         yearly: args.keep_yearly,
     };
-    let repo = open(g, stores, engine).await?;
-    let f = ferry_repo::forget::forget(repo, &policy).await?;
+    let repo = open(g, stores).await?;
+    let f = ferry_repo::forget::forget(repo.clone(), &policy).await?;
     if out.json {
         println!(
             "{}",
@@ -87,13 +84,17 @@ pub async fn forget(
         );
     }
     if args.prune {
-        prune(g, stores, engine, out).await?;
+        prune_repo(repo, out).await?;
     }
     Ok(())
 }
 
-pub async fn prune(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {
-    let repo = open(g, stores, engine).await?;
+pub async fn prune(ctx: &mut Ctx) -> Result<()> {
+    let repo = open(&ctx.global, &mut ctx.stores).await?;
+    prune_repo(repo, &ctx.out).await
+}
+
+async fn prune_repo(repo: std::sync::Arc<ferry_repo::Repo>, out: &Output) -> Result<()> {
     let p = ferry_repo::prune::prune(repo).await?;
     if out.json {
         println!(

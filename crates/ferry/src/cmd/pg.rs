@@ -7,29 +7,22 @@ use ferry_pg::backup::BackupOptions;
 use ferry_pg::expire::Keep;
 use ferry_pg::restore::{show_time, RestoreOptions};
 use ferry_pg::Target;
-use ferry_transfer::Engine;
 
 use crate::cli::{Global, PgBackupArgs, PgCommand, PgExpireArgs, PgRestoreArgs};
-use crate::cmd::backup::BarProgress;
 use crate::cmd::repo::open;
+use crate::ctx::Ctx;
+use crate::output::BarProgress;
 use crate::places::Stores;
 use crate::settings::parse_size;
-use crate::Output;
 
 /// Runs one `ferry pg` command.
-pub async fn run(
-    cmd: &PgCommand,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
+pub async fn run(cmd: &PgCommand, ctx: &mut Ctx) -> Result<()> {
     match cmd {
-        PgCommand::Backup(a) => backup(a, g, stores, engine, out).await,
-        PgCommand::Restore(a) => restore(a, g, stores, engine, out).await,
-        PgCommand::Backups => list(g, stores, engine, out).await,
-        PgCommand::Expire(a) => expire(a, g, stores, engine, out).await,
-        PgCommand::Verify(a) => verify(a.read_data, g, stores, engine, out).await,
+        PgCommand::Backup(a) => backup(a, ctx).await,
+        PgCommand::Restore(a) => restore(a, ctx).await,
+        PgCommand::Backups => list(ctx).await,
+        PgCommand::Expire(a) => expire(a, ctx).await,
+        PgCommand::Verify(a) => verify(a.read_data, ctx).await,
     }
 }
 
@@ -37,13 +30,12 @@ fn mb(b: u64) -> String {
     format!("{:.1} MB", b as f64 / 1e6)
 }
 
-async fn backup(
-    a: &PgBackupArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
+async fn backup(a: &PgBackupArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
     let started = Instant::now();
     let block = parse_size(&a.block)?;
     if block == 0 || !block.is_multiple_of(8192) || block > 16 << 20 {
@@ -52,7 +44,7 @@ async fn backup(
             a.block
         );
     }
-    let repo = open(g, stores, engine).await?;
+    let repo = open(g, stores).await?;
     let progress = BarProgress::new(out);
     let opts = BackupOptions {
         conninfo: a.conninfo.clone(),
@@ -158,17 +150,16 @@ fn restore_command(g: &Global, stores: &Stores) -> Result<String> {
     Ok(cmd.join(" "))
 }
 
-async fn restore(
-    a: &PgRestoreArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
+async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
     let started = Instant::now();
     let target = target(a)?;
     let restore_command = restore_command(g, stores)?;
-    let repo = open(g, stores, engine).await?;
+    let repo = open(g, stores).await?;
     let progress = BarProgress::new(out);
     let opts = RestoreOptions {
         to: std::path::absolute(&a.to)?,
@@ -215,8 +206,13 @@ async fn restore(
     Ok(())
 }
 
-async fn list(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) -> Result<()> {
-    let repo = open(g, stores, engine).await?;
+async fn list(ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
+    let repo = open(g, stores).await?;
     let snaps = repo.snapshots().await?;
     let all = ferry_pg::record::backups(snaps);
     if out.json {
@@ -248,14 +244,13 @@ async fn list(g: &Global, stores: &mut Stores, engine: &Engine, out: &Output) ->
     Ok(())
 }
 
-async fn expire(
-    a: &PgExpireArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
-    let repo = open(g, stores, engine).await?;
+async fn expire(a: &PgExpireArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
+    let repo = open(g, stores).await?;
     let keep = Keep {
         last: a.keep,
         days: a.keep_days,
@@ -289,14 +284,13 @@ async fn expire(
     Ok(())
 }
 
-async fn verify(
-    read_data: bool,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
-    let repo = open(g, stores, engine).await?;
+async fn verify(read_data: bool, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
+    let repo = open(g, stores).await?;
     let v = ferry_pg::verify::verify(repo.clone(), read_data).await?;
     let bad = v.backups.iter().filter(|f| !f.ok()).count();
     if out.json {
@@ -366,7 +360,9 @@ mod tests {
             "pg",
             "backups",
         ]);
-        let stores = Stores::new(Settings::load(&cli.global).unwrap());
+        let settings = Settings::load(&cli.global).unwrap();
+        let engine = ferry_transfer::Engine::new(settings.engine.clone());
+        let stores = Stores::new(settings, engine);
         let cmd = super::restore_command(&cli.global, &stores).unwrap();
         for want in [
             r#"--repo "s3://bucket/prefix""#,

@@ -6,13 +6,12 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use ferry_repo::cache::Cache;
-use ferry_repo::{Id, Repo, Snapshot};
-use ferry_transfer::Engine;
+use ferry_repo::Repo;
 
 use crate::cli::{Global, InitArgs};
+use crate::ctx::Ctx;
 use crate::password::password;
 use crate::places::Stores;
-use crate::Output;
 
 /// The place `--repo` names, opened for a repository (private files on a local disk).
 pub fn repo_place(stores: &mut Stores) -> Result<crate::places::Place> {
@@ -23,22 +22,17 @@ pub fn repo_place(stores: &mut Stores) -> Result<crate::places::Place> {
 }
 
 /// Opens the configured repository, with a local cache of its metadata when it is remote.
-pub async fn open(g: &Global, stores: &mut Stores, engine: &Engine) -> Result<Arc<Repo>> {
-    open_with(g, stores, engine, !g.no_cache).await
+pub async fn open(g: &Global, stores: &mut Stores) -> Result<Arc<Repo>> {
+    open_with(g, stores, !g.no_cache).await
 }
 
 /// Opens the configured repository reading every file from the store: `check` must see
 /// what the store holds, not a good copy of it.
-pub async fn open_uncached(g: &Global, stores: &mut Stores, engine: &Engine) -> Result<Arc<Repo>> {
-    open_with(g, stores, engine, false).await
+pub async fn open_uncached(g: &Global, stores: &mut Stores) -> Result<Arc<Repo>> {
+    open_with(g, stores, false).await
 }
 
-async fn open_with(
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    cached: bool,
-) -> Result<Arc<Repo>> {
+async fn open_with(g: &Global, stores: &mut Stores, cached: bool) -> Result<Arc<Repo>> {
     let place = repo_place(stores)?;
     let pw = password(g, false)?;
     // A local repository is its own cache.
@@ -48,7 +42,7 @@ async fn open_with(
         None
     };
     Ok(Arc::new(
-        Repo::open(place.store, &place.key, engine.clone(), &pw, cache).await?,
+        Repo::open(place.store, &place.key, &pw, cache).await?,
     ))
 }
 
@@ -61,13 +55,12 @@ fn cache_base(g: &Global) -> Option<std::path::PathBuf> {
     Some(xdg.or_else(home)?.join("ferry/repos"))
 }
 
-pub async fn init(
-    a: &InitArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
+pub async fn init(a: &InitArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
     let place = repo_place(stores)?;
     let pw = password(g, true)?;
     if place.loc.is_remote() {
@@ -80,7 +73,7 @@ pub async fn init(
             .and_then(|d| d.set_mode(0o700, None))
             .with_context(|| format!("repository directory {}", dir.display()))?;
     }
-    let repo = Repo::init(place.store, &place.key, engine.clone(), &pw, a.format).await?;
+    let repo = Repo::init(place.store, &place.key, &pw, a.format).await?;
     if out.json {
         println!(
             "{}",
@@ -96,26 +89,6 @@ pub async fn init(
     Ok(())
 }
 
-/// The snapshot `which` names: "latest" or a unique id prefix.
-pub async fn find(repo: &Repo, which: &str) -> Result<(Id, Snapshot)> {
-    let snaps = repo.snapshots().await?;
-    if which == "latest" {
-        return snaps
-            .into_iter()
-            .last()
-            .context("the repository has no snapshots");
-    }
-    let hits: Vec<_> = snaps
-        .into_iter()
-        .filter(|(id, _)| id.hex().starts_with(&which.to_ascii_lowercase()))
-        .collect();
-    match hits.len() {
-        1 => Ok(hits.into_iter().next().expect("one")),
-        0 => bail!("no snapshot {which} in {}", repo.url()),
-        n => bail!("{which} matches {n} snapshots: give more digits"),
-    }
-}
-
 pub fn when(t: i64) -> String {
     humantime::format_rfc3339_seconds(
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64),
@@ -123,13 +96,13 @@ pub fn when(t: i64) -> String {
     .to_string()
 }
 
-pub async fn snapshots(
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
-    let repo = open(g, stores, engine).await?;
+pub async fn snapshots(ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
+    let repo = open(g, stores).await?;
     let snaps = repo.snapshots().await?;
     if out.json {
         let v: Vec<_> = snaps
@@ -168,16 +141,14 @@ pub fn names_snapshot(arg: &str, stores: &Stores) -> bool {
         && (arg == "latest" || (arg.len() >= 4 && arg.bytes().all(|b| b.is_ascii_hexdigit())))
 }
 
-pub async fn ls(
-    g: &Global,
-    which: &str,
-    dir: Option<&Path>,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
-    let repo = open(g, stores, engine).await?;
-    let (_, snap) = find(&repo, which).await?;
+pub async fn ls(which: &str, dir: Option<&Path>, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
+    let repo = open(g, stores).await?;
+    let (_, snap) = repo.snapshot(which).await?;
     let (index, _, errs) = repo.load_index().await?;
     if let Some(e) = errs.first() {
         bail!("{e} (run ferry check)");

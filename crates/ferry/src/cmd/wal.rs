@@ -13,7 +13,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use ferry_repo::Repo;
 use ferry_store::Error;
-use ferry_transfer::Engine;
 use ferry_wal::agent::PushAgent;
 use ferry_wal::envelope::Cipher;
 use ferry_wal::fetch::{self, FetchAgent};
@@ -22,6 +21,7 @@ use ferry_wal::{status, Archive, Pushed, Spool, WalKey, WalName};
 
 use crate::cli::{Global, WalAgentArgs, WalArgs, WalFetchArgs, WalPushArgs, WalStatusArgs};
 use crate::cmd::repo::repo_place;
+use crate::ctx::Ctx;
 use crate::password::password;
 use crate::places::{Place, Stores};
 use crate::settings::Wal;
@@ -38,19 +38,19 @@ struct Unlocked {
 
 /// True when `place` is a ferry repository: its WAL archive is then encrypted, and a
 /// plaintext object in it is refused. One HEAD, no password.
-async fn is_repository(place: &Place, engine: &Engine) -> Result<bool> {
-    Ok(Repo::exists(&place.store, &place.key, engine).await?)
+async fn is_repository(place: &Place) -> Result<bool> {
+    Ok(Repo::exists(&place.store, &place.key).await?)
 }
 
 /// Opens the repository at `place` when there is one (its marker exists) and derives the WAL
 /// key; `None` when `--repo` is no repository (the archive is then plaintext). Costs the
 /// password's Argon2 (about 0.2 s of CPU), so each process does it at most once.
-async fn unlock(g: &Global, place: &Place, engine: &Engine) -> Result<Option<Unlocked>> {
-    if !is_repository(place, engine).await? {
+async fn unlock(g: &Global, place: &Place) -> Result<Option<Unlocked>> {
+    if !is_repository(place).await? {
         return Ok(None);
     }
     let pw = password(g, false).context("the WAL archive is in an encrypted ferry repository")?;
-    let repo = Repo::open(place.store.clone(), &place.key, engine.clone(), &pw, None).await?;
+    let repo = Repo::open(place.store.clone(), &place.key, &pw, None).await?;
     let key = WalKey::from_secret(&repo.key().subkey(ferry_wal::envelope::KEY_CONTEXT));
     Ok(Some(Unlocked { key, password: pw }))
 }
@@ -59,22 +59,15 @@ async fn unlock(g: &Global, place: &Place, engine: &Engine) -> Result<Option<Unl
 async fn open_archive(
     g: &Global,
     stores: &mut Stores,
-    engine: &Engine,
     level: i32,
     keyed: bool,
 ) -> Result<Arc<Archive>> {
     let place = repo_place(stores)?;
     let key = match keyed {
-        true => unlock(g, &place, engine).await?.map(|u| u.key),
+        true => unlock(g, &place).await?.map(|u| u.key),
         false => None,
     };
-    Ok(Archive::with_key(
-        place.store,
-        &place.key,
-        engine.clone(),
-        level,
-        key,
-    ))
+    Ok(Archive::with_key(place.store, &place.key, level, key))
 }
 
 /// True when none of the non-interactive password sources is set: the password came from a
@@ -184,13 +177,12 @@ fn start_agent(
     Ok(())
 }
 
-pub async fn push_cmd(
-    args: &WalPushArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
+pub async fn push_cmd(args: &WalPushArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
     let dir = pgdata()?;
     let wal = stores.settings().wal(&args.wal, &dir)?;
     let path = args.path.clone();
@@ -205,7 +197,7 @@ pub async fn push_cmd(
         let parent = path.parent().unwrap_or(Path::new("."));
         let pg_wal = std::path::absolute(parent).context("pg_wal directory")?;
         let (g2, w2) = (g.clone(), args.wal.clone());
-        let (place, engine2) = (repo_place(stores)?, engine.clone());
+        let place = repo_place(stores)?;
         let rt = tokio::runtime::Handle::current();
         let p = path.clone();
         let handed = tokio::task::spawn_blocking(move || {
@@ -216,7 +208,7 @@ pub async fn push_cmd(
             push::push_via_agent(&spool, &p, &opts, &mut || {
                 let fail = |e: anyhow::Error| Error::Permanent(format!("{e:#}"));
                 if checked.is_none() {
-                    let unlocked = rt.block_on(unlock(&g2, &place, &engine2)).map_err(fail)?;
+                    let unlocked = rt.block_on(unlock(&g2, &place)).map_err(fail)?;
                     checked = Some(
                         unlocked
                             .filter(|_| password_was_prompted(&g2))
@@ -242,7 +234,7 @@ pub async fn push_cmd(
         }
     }
     // A sync push is a process per file: it pays the password's Argon2 every time.
-    let archive = open_archive(g, stores, engine, wal.compress_level, true).await?;
+    let archive = open_archive(g, stores, wal.compress_level, true).await?;
     let pushed = push::push_file(&archive, &path).await?;
     let what = match pushed {
         Pushed::Stored { .. } => "archived",
@@ -261,13 +253,12 @@ fn report(out: &Output, path: &Path, what: &str) -> Result<()> {
     Ok(())
 }
 
-pub async fn fetch_cmd(
-    args: &WalFetchArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
+pub async fn fetch_cmd(args: &WalFetchArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
     let dir = pgdata()?;
     let wal = stores.settings().wal(&args.wal, &dir)?;
     let name = WalName::parse(&args.name)?;
@@ -288,17 +279,17 @@ pub async fn fetch_cmd(
     }
     // The header first: a file the archive lacks (PostgreSQL probes for them) or a plaintext
     // one needs no password, and so no Argon2.
-    let plain = open_archive(g, stores, engine, wal.compress_level, false).await?;
+    let plain = open_archive(g, stores, wal.compress_level, false).await?;
     let archive = match plain.peek(&name).await {
         Err(Error::NotFound(_)) => {
             let url = plain.url();
             return Err(super::Exit::Miss(format!("{name} is not in archive {url}")).into());
         }
         Ok(h) if h.cipher == Cipher::XChaCha20Poly1305 => {
-            open_archive(g, stores, engine, wal.compress_level, true).await?
+            open_archive(g, stores, wal.compress_level, true).await?
         }
         // Plaintext in a repository, whose archive is encrypted: planted (a downgrade).
-        Ok(_) if is_repository(&repo_place(stores)?, engine).await? => {
+        Ok(_) if is_repository(&repo_place(stores)?).await? => {
             let what = format!("{}/wal/{}", plain.url(), name.key());
             return Err(ferry_wal::envelope::downgraded(&what).into());
         }
@@ -315,21 +306,20 @@ pub async fn fetch_cmd(
     }
 }
 
-pub async fn status_cmd(
-    args: &WalStatusArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-    out: &Output,
-) -> Result<()> {
+pub async fn status_cmd(args: &WalStatusArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g,
+        stores,
+        out,
+    } = ctx;
     let dir = match &args.pgdata {
         Some(d) => d.clone(),
         None => pgdata()?,
     };
     let wal: Wal = stores.settings().wal(&args.wal, &dir)?;
     // Listing, cluster.json, gaps and headers are plaintext: no password needed.
-    let archive = open_archive(g, stores, engine, wal.compress_level, false).await?;
-    let encrypted = is_repository(&repo_place(stores)?, engine).await?;
+    let archive = open_archive(g, stores, wal.compress_level, false).await?;
+    let encrypted = is_repository(&repo_place(stores)?).await?;
     let pg_wal = dir.join("pg_wal");
     let spool = match &args.pgdata {
         Some(_) => Some(Spool::open(&wal.spool)?),
@@ -405,18 +395,16 @@ fn print_status(st: &status::Status) {
     }
 }
 
-pub async fn agent_cmd(
-    args: &WalAgentArgs,
-    g: &Global,
-    stores: &mut Stores,
-    engine: &Engine,
-) -> Result<()> {
+pub async fn agent_cmd(args: &WalAgentArgs, ctx: &mut Ctx) -> Result<()> {
+    let Ctx {
+        global: g, stores, ..
+    } = ctx;
     let here = pgdata()?;
     let pg_wal = args.pg_wal.clone().unwrap_or_else(|| here.join("pg_wal"));
     let wal = stores.settings().wal(&args.wal, &here)?;
     let spool = Spool::open(&wal.spool)?;
     // Once per agent: the repository's key serves every file it pushes or prefetches.
-    let archive = open_archive(g, stores, engine, wal.compress_level, true).await?;
+    let archive = open_archive(g, stores, wal.compress_level, true).await?;
     match args.role.as_str() {
         "push" => {
             PushAgent {
@@ -449,12 +437,11 @@ pub async fn agent_cmd(
 pub async fn audit_archive(
     repo: &Repo,
     stores: &mut Stores,
-    engine: &Engine,
     read_data: bool,
 ) -> Result<Vec<ferry_wal::audit::Finding>> {
     let place = repo_place(stores)?;
     let key = WalKey::from_secret(&repo.key().subkey(ferry_wal::envelope::KEY_CONTEXT));
-    let archive = Archive::with_key(place.store, &place.key, engine.clone(), 0, Some(key));
+    let archive = Archive::with_key(place.store, &place.key, 0, Some(key));
     let names: Vec<WalName> = archive.list().await?.into_iter().map(|(n, _)| n).collect();
     Ok(ferry_wal::audit::audit(&archive, &names, true, read_data).await)
 }

@@ -1,0 +1,254 @@
+//! A whole backup as one call: the shared lock, what the repository already holds, the
+//! parent snapshot, the archiver.
+//!
+//! [`Backup::paths`] starts listing the directories at once, so that the listing overlaps
+//! the repository's opening (Argon2, the first round trips); [`Backup::run`] then takes the
+//! lock while it reads the index (see [`crate::backup_lock`]) and runs again, with the index
+//! read under the lock, in the rare case a prune changed it in between.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ferry_transfer::{Error, Result};
+
+use crate::archiver::{Archiver, BackupProgress, Gate, Outcome};
+use crate::backup_lock::BackupLock;
+use crate::blob::{Trees, PRELOAD_MAX};
+use crate::index::Index;
+use crate::policy::Everything;
+use crate::repo::Repo;
+use crate::snapshot::{hostname, Snapshot};
+use crate::walk::ReadAhead;
+use crate::Id;
+
+/// What a backup saves.
+enum Source {
+    /// Files and directories, absolute, listed ahead from the start.
+    Paths {
+        paths: Vec<PathBuf>,
+        ahead: Arc<ReadAhead>,
+    },
+    /// One stream, stored as the file `name`; taken by the first run.
+    Stream {
+        reader: Option<Box<dyn Read + Send>>,
+        name: String,
+    },
+}
+
+/// A backup to run: what to save and the snapshot's tags.
+pub struct Backup {
+    source: Source,
+    tags: Vec<String>,
+}
+
+impl Backup {
+    /// A backup of `paths` (made absolute), tagged `tags`. Each path must exist; its
+    /// directories start being listed now, while the caller opens the repository.
+    pub fn paths(paths: &[PathBuf], tags: Vec<String>) -> Result<Backup> {
+        let mut abs = Vec::with_capacity(paths.len());
+        for p in paths {
+            let a = std::path::absolute(p)
+                .map_err(|e| Error::Invalid(format!("bad path {}: {e}", p.display())))?;
+            if std::fs::symlink_metadata(&a).is_err() {
+                return Err(Error::Invalid(format!(
+                    "{}: no such file or directory",
+                    p.display()
+                )));
+            }
+            abs.push(a);
+        }
+        let ahead = ReadAhead::start(abs.clone(), Arc::new(Everything));
+        Ok(Backup {
+            source: Source::Paths { paths: abs, ahead },
+            tags,
+        })
+    }
+
+    /// A backup of one stream, stored as the file `name`, tagged `tags`.
+    pub fn stream(reader: Box<dyn Read + Send>, name: &str, tags: Vec<String>) -> Backup {
+        Backup {
+            source: Source::Stream {
+                reader: Some(reader),
+                name: name.to_string(),
+            },
+            tags,
+        }
+    }
+
+    /// The absolute paths backed up (none for a stream).
+    pub fn sources(&self) -> &[PathBuf] {
+        match &self.source {
+            Source::Paths { paths, .. } => paths,
+            Source::Stream { .. } => &[],
+        }
+    }
+
+    /// Runs the backup into `repo` under a shared lock; returns the new snapshot.
+    pub async fn run(
+        mut self,
+        repo: &Arc<Repo>,
+        progress: Arc<dyn BackupProgress>,
+    ) -> Result<Outcome> {
+        let started = Instant::now();
+        // The index is first read while the lock is being taken. If a prune changed it in
+        // that window (nothing was written yet), the backup runs again with the index read
+        // under it. A stream cannot be read twice: it reads the index under the lock at once.
+        let speculate = matches!(self.source, Source::Paths { .. });
+        if let Some(o) = self.attempt(repo, &progress, speculate, started).await? {
+            return Ok(o);
+        }
+        tracing::info!("the repository's index changed while the lock was taken: reading it again");
+        match self.attempt(repo, &progress, false, started).await? {
+            Some(o) => Ok(o),
+            None => Err(Error::Permanent(
+                "the repository's index changed under the backup's lock".into(),
+            )),
+        }
+    }
+
+    /// One try: `None` when the index changed while the lock was being taken.
+    async fn attempt(
+        &mut self,
+        repo: &Arc<Repo>,
+        progress: &Arc<dyn BackupProgress>,
+        speculate: bool,
+        started: Instant,
+    ) -> Result<Option<Outcome>> {
+        let mut lock = BackupLock::start(repo, speculate);
+        let gate = if speculate {
+            None
+        } else {
+            let gate = lock.gate(None);
+            gate.clone().await?;
+            Some(gate)
+        };
+        let work = async {
+            let known = self.known(repo).await?;
+            if speculate && !known.errs.is_empty() {
+                // Unreadable index files may be ones a finishing prune removed: the lock
+                // decides, then the index is read again under it.
+                lock.gate(None).await?;
+                lock.mark_changed();
+                return Err(Error::Permanent(
+                    "index files could not be read while the lock was taken".into(),
+                ));
+            }
+            tracing::debug!(
+                ms = started.elapsed().as_millis(),
+                "index and snapshots read"
+            );
+            let gate = match gate {
+                Some(g) => g,
+                None => {
+                    let g = lock.gate(Some(known.loaded.clone()));
+                    tokio::spawn(g.clone()); // taken now, not when first written through
+                    g
+                }
+            };
+            let r = self.save(repo, progress, known, gate.clone()).await;
+            // Whatever happened, the lock is released only once it is known whether it
+            // was held.
+            let _ = gate.await;
+            r
+        };
+        let r = work.await;
+        let changed = lock.index_changed();
+        lock.release().await?;
+        match r {
+            Err(_) if changed => Ok(None),
+            Err(e) => Err(e),
+            Ok(o) => Ok(Some(o)),
+        }
+    }
+
+    /// The index, the snapshots and the trees cached locally, read at once.
+    async fn known(&self, repo: &Arc<Repo>) -> Result<Known> {
+        let stream = matches!(self.source, Source::Stream { .. });
+        let ((index, loaded, errs), snaps, trees) =
+            tokio::try_join!(repo.load_index(), repo.snapshots(), async {
+                // A stream has no parent to compare against.
+                match stream {
+                    true => Ok(Trees::default()),
+                    false => Ok(Trees::cached(repo, PRELOAD_MAX).await),
+                }
+            },)?;
+        Ok(Known {
+            index,
+            loaded,
+            errs,
+            snaps,
+            trees,
+        })
+    }
+
+    async fn save(
+        &mut self,
+        repo: &Arc<Repo>,
+        progress: &Arc<dyn BackupProgress>,
+        known: Known,
+        gate: Gate,
+    ) -> Result<Outcome> {
+        if let Some(e) = known.errs.into_iter().next() {
+            return Err(Error::Permanent(format!("{e} (run ferry check)")));
+        }
+        let index = Arc::new(known.index);
+        let parent = match &self.source {
+            Source::Paths { paths, .. } => parent_of(known.snaps, paths),
+            Source::Stream { .. } => None,
+        };
+        // The parent's listings, read up front in a few parallel pack reads.
+        let trees = match parent {
+            Some(_) => known.trees.complete(repo, &index, PRELOAD_MAX).await?,
+            None => Trees::default(),
+        };
+        let arch = Archiver::new(repo.clone(), index, trees, progress.clone());
+        arch.write_after(gate.clone());
+        let tags = self.tags.clone();
+        let work = async {
+            match &mut self.source {
+                Source::Paths { paths, ahead } => {
+                    arch.read_ahead(ahead.clone());
+                    arch.backup_paths(paths, parent, tags).await
+                }
+                Source::Stream { reader, name } => {
+                    let reader = reader.take().ok_or_else(|| {
+                        Error::Permanent("a stream is backed up once only".into())
+                    })?;
+                    arch.backup_stream(reader, name, tags).await
+                }
+            }
+        };
+        // A lock that cannot be taken ends the backup at once, not at its first write.
+        tokio::select! {
+            r = work => r,
+            Err(e) = gate => Err(e),
+        }
+    }
+}
+
+/// What a backup reads from the repository before it starts.
+struct Known {
+    index: Index,
+    /// The index files read.
+    loaded: Vec<Id>,
+    /// Index files that could not be read.
+    errs: Vec<Error>,
+    snaps: Vec<(Id, Snapshot)>,
+    /// Trees decoded from the cache so far.
+    trees: Trees,
+}
+
+/// The latest snapshot of the same paths from this host: files unchanged since are not read.
+fn parent_of(snaps: Vec<(Id, Snapshot)>, paths: &[PathBuf]) -> Option<(Id, Snapshot)> {
+    let host = hostname();
+    let shown: Vec<String> = paths.iter().map(|p| show(p)).collect();
+    snaps
+        .into_iter()
+        .rfind(|(_, s)| s.hostname == host && s.paths == shown)
+}
+
+fn show(p: &Path) -> String {
+    p.display().to_string()
+}

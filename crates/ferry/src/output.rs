@@ -1,0 +1,163 @@
+//! What the commands print: the closing summary (JSON or one line) and the progress bar.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+use ferry_repo::archiver::BackupProgress;
+use ferry_transfer::{Progress, Report};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// How a command reports: a JSON summary on stdout, a bar on a terminal, or nothing.
+pub struct Output {
+    pub json: bool,
+    pub progress: bool,
+}
+
+impl Output {
+    /// Prints the closing summary: JSON with `--json`, one line on a terminal, else nothing.
+    pub fn summary(&self, r: &Report, started: Instant, failed: u64) -> Result<()> {
+        let secs = started.elapsed().as_secs_f64();
+        if self.json {
+            println!("{}", summary_json(r, secs, failed));
+        } else if self.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprintln!(
+                "copied {} objects, {:.1} MB in {secs:.1}s ({:.1} MB/s, {} in flight at most, {} retries)",
+                r.objects,
+                r.bytes as f64 / 1e6,
+                r.bytes as f64 / 1e6 / secs.max(1e-9),
+                r.concurrency,
+                r.retries
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Files and bytes done of those known, with rate and ETA, drawn on stderr.
+pub struct Bar(ProgressBar);
+
+impl Bar {
+    /// A bar when stderr is a terminal and the user wants one; hidden otherwise.
+    pub fn new(wanted: bool) -> Self {
+        let target = if wanted && std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = ProgressBar::with_draw_target(Some(0), target);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{msg} {bytes:>10}/{total_bytes:<10} {wide_bar} {binary_bytes_per_sec:>12} ETA {eta}",
+            )
+            .expect("static template"),
+        );
+        Self(bar)
+    }
+
+    /// True when the bar is drawn: totals for its ETA are worth gathering.
+    pub fn is_drawn(&self) -> bool {
+        !self.0.is_hidden()
+    }
+
+    /// Prints a line above the bar.
+    pub fn println(&self, line: &str) {
+        if self.0.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.0.println(line);
+        }
+    }
+
+    /// Shows `done` of `total` files beside the bytes.
+    pub fn files(&self, done: u64, total: u64) {
+        if !self.0.is_hidden() {
+            self.0.set_message(format!("{done}/{total} files"));
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+impl Progress for Bar {
+    fn add_total(&self, bytes: u64) {
+        self.0.inc_length(bytes);
+    }
+    fn advance(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+}
+
+/// The numbers `--json` prints.
+pub fn summary_json(r: &Report, seconds: f64, failed: u64) -> serde_json::Value {
+    serde_json::json!({
+        "objects": r.objects,
+        "failed": failed,
+        "bytes": r.bytes,
+        "seconds": seconds,
+        "mb_per_s": r.bytes as f64 / 1e6 / seconds.max(1e-9),
+        "block_size": r.block_size,
+        "concurrency": r.concurrency,
+        "retries": r.retries,
+        "verified": r.verified,
+    })
+}
+
+/// The progress bar backups and restores draw.
+pub(crate) struct BarProgress {
+    pub(crate) bar: Bar,
+    files: AtomicU64,
+    files_total: AtomicU64,
+}
+
+impl BarProgress {
+    pub(crate) fn new(out: &Output) -> Arc<Self> {
+        Arc::new(BarProgress {
+            bar: Bar::new(out.progress),
+            files: AtomicU64::new(0),
+            files_total: AtomicU64::new(0),
+        })
+    }
+}
+
+impl BackupProgress for BarProgress {
+    fn scanned(&self, bytes: u64) {
+        self.bar.add_total(bytes);
+        self.files_total.fetch_add(1, Ordering::Relaxed);
+    }
+    fn done(&self, bytes: u64) {
+        self.bar.advance(bytes);
+    }
+    fn file_done(&self) {
+        let done = self.files.fetch_add(1, Ordering::Relaxed) + 1;
+        let total = self.files_total.load(Ordering::Relaxed).max(done);
+        self.bar.files(done, total);
+    }
+}
+
+/// Sizes of everything under `paths`, for the bar's total and ETA; runs beside the backup.
+pub(crate) fn scan(paths: Vec<PathBuf>, p: Arc<BarProgress>) {
+    fn walk(path: &std::path::Path, p: &BarProgress) {
+        let Ok(m) = std::fs::symlink_metadata(path) else {
+            return;
+        };
+        if m.is_file() {
+            p.scanned(m.len());
+        } else if m.is_dir() {
+            if let Ok(d) = std::fs::read_dir(path) {
+                for e in d.flatten() {
+                    walk(&e.path(), p);
+                }
+            }
+        }
+    }
+    for path in paths {
+        walk(&path, &p);
+    }
+}
