@@ -21,7 +21,13 @@ async fn main() -> ferry_store::Result<()> {
     use futures::{StreamExt, TryStreamExt};
     use std::time::Instant;
 
-    let s = ferry_rados::RadosStore::new(pool)?;
+    // The example is a program of its own: its environment is its settings.
+    let cfg = ferry_rados::Config {
+        conf: std::env::var_os("CEPH_CONF").map(Into::into),
+        op_timeout: 60,
+        aio: 0,
+    };
+    let s = ferry_rados::RadosStore::with(pool, cfg, ferry_rados::Layout::default())?;
     let block = s.layout().set_size();
     let size = mib << 20;
     // One random block reused: the point is the store, not the data generator.

@@ -19,21 +19,8 @@ pub struct Config {
     /// a bound librados waits forever for a stopped OSD, and a backup would hang instead of
     /// failing.
     pub op_timeout: u64,
-}
-
-impl Config {
-    /// The settings from `CEPH_CONF` and `FERRY_RADOS_OP_TIMEOUT` (seconds, default 60).
-    pub fn from_env() -> Self {
-        Self {
-            conf: std::env::var_os("CEPH_CONF")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
-            op_timeout: std::env::var("FERRY_RADOS_OP_TIMEOUT")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(60),
-        }
-    }
+    /// Asynchronous operations in flight at most (0: the default, 32).
+    pub aio: usize,
 }
 
 /// A librados return code as a store error, classified by errno.

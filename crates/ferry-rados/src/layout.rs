@@ -4,8 +4,6 @@
 //! `object_size` bytes each, the next set of `stripe_count` objects starts. The pieces are named
 //! `<name>.%016x` and the first one carries the layout and size as decimal-text xattrs.
 
-use std::env;
-
 use ferry_store::{Error, Result};
 
 /// Xattr with the stripe unit, on the first piece.
@@ -84,23 +82,13 @@ impl Layout {
         })
     }
 
-    /// The default layout with `FERRY_RADOS_STRIPE_UNIT`, `FERRY_RADOS_STRIPE_COUNT` and
-    /// `FERRY_RADOS_OBJECT_SIZE` applied; an object size left unset follows the stripe unit.
-    pub fn from_env() -> Result<Self> {
+    /// The default layout with the sizes given applied; an object size left unset follows
+    /// the stripe unit.
+    pub fn with_sizes(unit: Option<u64>, count: Option<u64>, size: Option<u64>) -> Result<Self> {
         let d = Self::default();
-        let get = |name: &str| -> Result<Option<u64>> {
-            match env::var(name) {
-                Ok(v) if !v.trim().is_empty() => ferry_store::size::parse(&v)
-                    .map(Some)
-                    .ok_or_else(|| Error::Invalid(format!("{name}: '{v}' is not a size"))),
-                _ => Ok(None),
-            }
-        };
-        let unit = get("FERRY_RADOS_STRIPE_UNIT")?;
-        let count = get("FERRY_RADOS_STRIPE_COUNT")?.unwrap_or(d.stripe_count);
-        let size = get("FERRY_RADOS_OBJECT_SIZE")?;
-        let unit_v = unit.unwrap_or(d.stripe_unit.min(size.unwrap_or(u64::MAX)));
-        Self::new(unit_v, count, size.unwrap_or(unit_v.max(d.object_size)))
+        let count = count.unwrap_or(d.stripe_count);
+        let unit = unit.unwrap_or(d.stripe_unit.min(size.unwrap_or(u64::MAX)));
+        Self::new(unit, count, size.unwrap_or(unit.max(d.object_size)))
     }
 
     /// Bytes in one object set: a block of this size fills whole pieces.

@@ -17,6 +17,7 @@ pub mod layout;
 #[cfg(librados)]
 mod store;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 #[cfg(librados)]
@@ -25,16 +26,53 @@ pub use layout::Layout;
 #[cfg(librados)]
 pub use store::RadosStore;
 
-/// A store on `pool`, configured from the environment (`CEPH_CONF`, `CEPH_ARGS`,
-/// `FERRY_RADOS_*`); it connects on first use.
+/// How to reach the cluster and how to lay objects out: the program's settings (flags,
+/// its environment, its config file) resolved by the caller; this crate reads no variable
+/// of its own (librados still reads `CEPH_ARGS`, as every Ceph tool does).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `ceph.conf`; unset: librados' own search (`CEPH_CONF`, /etc/ceph/ceph.conf, ...).
+    pub conf: Option<PathBuf>,
+    /// Seconds an OSD or monitor operation may wait before it fails.
+    pub op_timeout: u64,
+    /// Asynchronous operations in flight at most.
+    pub aio: usize,
+    /// Stripe unit; unset: the default, or the object size when that is smaller.
+    pub stripe_unit: Option<u64>,
+    /// Stripe count; unset: the default.
+    pub stripe_count: Option<u64>,
+    /// RADOS object size; unset: follows the stripe unit.
+    pub object_size: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            conf: None,
+            op_timeout: 60,
+            aio: 32,
+            stripe_unit: None,
+            stripe_count: None,
+            object_size: None,
+        }
+    }
+}
+
+/// A store on `pool` with `opts`; it connects on first use.
 #[cfg(librados)]
-pub fn open(pool: &str) -> ferry_store::Result<Arc<dyn ferry_store::Store>> {
-    Ok(Arc::new(RadosStore::new(pool)?))
+pub fn open(pool: &str, opts: &Options) -> ferry_store::Result<Arc<dyn ferry_store::Store>> {
+    let layout = Layout::with_sizes(opts.stripe_unit, opts.stripe_count, opts.object_size)?;
+    let cfg = Config {
+        conf: opts.conf.clone(),
+        op_timeout: opts.op_timeout,
+        aio: opts.aio,
+    };
+    Ok(Arc::new(RadosStore::with(pool, cfg, layout)?))
 }
 
 /// Without librados at build time there is nothing to connect with.
 #[cfg(not(librados))]
-pub fn open(_pool: &str) -> ferry_store::Result<Arc<dyn ferry_store::Store>> {
+pub fn open(_pool: &str, _opts: &Options) -> ferry_store::Result<Arc<dyn ferry_store::Store>> {
     Err(ferry_store::Error::Invalid(
         "this ferry was built where librados was not installed (install librados-dev, rebuild)"
             .into(),

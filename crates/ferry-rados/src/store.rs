@@ -75,22 +75,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl RadosStore {
-    /// A store on `pool`, configured from the environment (`CEPH_CONF`, `FERRY_RADOS_*`).
-    /// Connects on first use, so that opening costs nothing and never blocks.
-    pub fn new(pool: &str) -> Result<Self> {
-        Self::with(pool, Config::from_env(), Layout::from_env()?)
-    }
-
-    /// A store on `pool` with explicit settings.
+    /// A store on `pool`. Connects on first use, so that opening costs nothing and never
+    /// blocks.
     pub fn with(pool: &str, cfg: Config, layout: Layout) -> Result<Self> {
         if pool.is_empty() {
             return Err(Error::Invalid("rados:// names no pool".into()));
         }
-        let aio = std::env::var("FERRY_RADOS_AIO")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| n > 0)
-            .unwrap_or(DEFAULT_AIO);
+        let aio = match cfg.aio {
+            0 => DEFAULT_AIO,
+            n => n,
+        };
         heap_for_copies(layout.object_size);
         Ok(Self {
             name: pool.into(),

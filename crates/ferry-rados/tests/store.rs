@@ -13,6 +13,7 @@ fn store(c: &Ceph, layout: Layout) -> RadosStore {
     let cfg = Config {
         conf: Some(c.conf.clone().into()),
         op_timeout: 60,
+        aio: 0,
     };
     RadosStore::with(&c.pool, cfg, layout).unwrap()
 }

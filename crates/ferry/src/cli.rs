@@ -78,16 +78,24 @@ pub struct Global {
     /// Extra trusted CA certificates (PEM) [default: AWS_CA_BUNDLE or SSL_CERT_FILE].
     #[arg(long, global = true, env = "FERRY_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
-    /// Ceph cluster config for rados://pool/name [default: CEPH_CONF, then /etc/ceph/ceph.conf].
-    #[arg(long, global = true, env = "CEPH_CONF", value_parser = export_ceph_conf)]
+    /// Ceph cluster config for rados://pool/name [default: librados' search, /etc/ceph/ceph.conf].
+    #[arg(long, global = true, env = "CEPH_CONF")]
     pub ceph_conf: Option<PathBuf>,
-}
-
-/// librados and the WAL agent ferry starts read `CEPH_CONF`, so the flag becomes that variable.
-/// Parsing runs in `main` before the runtime starts any thread, so setting it is sound.
-fn export_ceph_conf(v: &str) -> Result<PathBuf, String> {
-    std::env::set_var("CEPH_CONF", v);
-    Ok(PathBuf::from(v))
+    /// RADOS stripe unit of objects ferry writes, a multiple of 64KiB [default: 4MiB, or the object size].
+    #[arg(long, global = true, env = "FERRY_RADOS_STRIPE_UNIT")]
+    pub rados_stripe_unit: Option<String>,
+    /// RADOS stripe count [default: 1].
+    #[arg(long, global = true, env = "FERRY_RADOS_STRIPE_COUNT")]
+    pub rados_stripe_count: Option<u64>,
+    /// RADOS object size, a multiple of the stripe unit, at most 128MiB [default: the stripe unit's, 4MiB].
+    #[arg(long, global = true, env = "FERRY_RADOS_OBJECT_SIZE")]
+    pub rados_object_size: Option<String>,
+    /// Longest a RADOS operation waits for an OSD or monitor before it fails [default: 60s].
+    #[arg(long, global = true, env = "FERRY_RADOS_OP_TIMEOUT")]
+    pub rados_op_timeout: Option<String>,
+    /// librados operations in flight per store, on top of the engine's requests [default: 32].
+    #[arg(long, global = true, env = "FERRY_RADOS_AIO")]
+    pub rados_aio: Option<usize>,
 }
 
 /// The commands.

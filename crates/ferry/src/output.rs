@@ -94,9 +94,11 @@ impl Progress for Bar {
     }
 }
 
-/// The numbers `--json` prints.
+/// The numbers `--json` prints. `verified` counts objects checked against a digest their
+/// source store vouched for, `unverified` those whose source keeps none (local disk, a
+/// stream): each only when not zero, since `"verified": 0` read as a failed check.
 pub fn summary_json(r: &Report, seconds: f64, failed: u64) -> serde_json::Value {
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "objects": r.objects,
         "failed": failed,
         "bytes": r.bytes,
@@ -105,8 +107,14 @@ pub fn summary_json(r: &Report, seconds: f64, failed: u64) -> serde_json::Value 
         "block_size": r.block_size,
         "concurrency": r.concurrency,
         "retries": r.retries,
-        "verified": r.verified,
-    })
+    });
+    let unverified = r.objects.saturating_sub(r.verified);
+    for (k, n) in [("verified", r.verified), ("unverified", unverified)] {
+        if n > 0 {
+            v[k] = n.into();
+        }
+    }
+    v
 }
 
 /// The progress bar backups and restores draw.

@@ -10,7 +10,7 @@ use ferry_store::local::LocalStore;
 use ferry_store::{Location, Scheme};
 use ferry_transfer::{Class, Engine, Remote, SharedStore};
 
-use crate::settings::Settings;
+use crate::settings::{Rados, Settings};
 
 /// A location opened: the store it lives in, seen through the engine, and the key inside it.
 #[derive(Debug, Clone)]
@@ -111,7 +111,11 @@ impl Stores {
                     loc.key.clone(),
                 )
             }
-            Scheme::Rados => (self.cached(&loc, || rados(&loc.bucket))?, loc.key.clone()),
+            Scheme::Rados => {
+                let cfg = self.settings.rados.clone();
+                let bucket = loc.bucket.clone();
+                (self.cached(&loc, || rados(&bucket, &cfg))?, loc.key.clone())
+            }
         };
         if loc.is_remote() && key.split('/').any(|p| p == "." || p == "..") {
             bail!("'{raw}': object keys may not contain . or .. segments");
@@ -140,16 +144,24 @@ impl Stores {
     }
 }
 
-/// A Ceph pool as a store (`CEPH_CONF` or `--ceph-conf` names the cluster); it connects on
-/// first use.
+/// A Ceph pool as a store (`--ceph-conf`, else librados' search, names the cluster); it
+/// connects on first use.
 #[cfg(feature = "rados")]
-fn rados(pool: &str) -> Result<SharedStore> {
-    Ok(ferry_rados::open(pool)?)
+fn rados(pool: &str, r: &Rados) -> Result<SharedStore> {
+    let opts = ferry_rados::Options {
+        conf: r.conf.clone(),
+        op_timeout: r.op_timeout.as_secs().max(1),
+        aio: r.aio.unwrap_or(ferry_rados::Options::default().aio),
+        stripe_unit: r.stripe_unit,
+        stripe_count: r.stripe_count,
+        object_size: r.object_size,
+    };
+    Ok(ferry_rados::open(pool, &opts)?)
 }
 
 /// Without the `rados` feature there is no librados to link against.
 #[cfg(not(feature = "rados"))]
-fn rados(_pool: &str) -> Result<SharedStore> {
+fn rados(_pool: &str, _r: &Rados) -> Result<SharedStore> {
     bail!("this ferry was built without Ceph support (cargo feature rados)")
 }
 

@@ -29,6 +29,50 @@ struct File {
     s3: S3File,
     #[serde(default)]
     azure: AzureFile,
+    #[serde(default)]
+    rados: RadosFile,
+}
+
+/// The `[rados]` table of `ferry.toml`.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RadosFile {
+    conf: Option<PathBuf>,
+    stripe_unit: Option<String>,
+    stripe_count: Option<u64>,
+    object_size: Option<String>,
+    op_timeout: Option<String>,
+    aio: Option<usize>,
+}
+
+/// How to reach a Ceph cluster and lay objects out in it (for `ferry_rados::Options`).
+#[derive(Debug, Clone)]
+pub struct Rados {
+    pub conf: Option<PathBuf>,
+    pub op_timeout: Duration,
+    pub aio: Option<usize>,
+    pub stripe_unit: Option<u64>,
+    pub stripe_count: Option<u64>,
+    pub object_size: Option<u64>,
+}
+
+/// One setting a child ferry must be given too: a WAL agent gets it as `env`, the
+/// `restore_command` PostgreSQL runs gets it as `flag`. Made once, from the flags and
+/// variables this process was given, so that the two never list different things.
+#[derive(Clone)]
+pub struct Pass {
+    pub flag: &'static str,
+    pub env: &'static str,
+    pub value: String,
+    /// Never on a command line, which every user can read: only in the environment.
+    pub secret: bool,
+}
+
+impl std::fmt::Debug for Pass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = if self.secret { "<secret>" } else { &self.value };
+        write!(f, "{}={v}", self.env)
+    }
 }
 
 /// Not `Debug`: it holds a secret key.
@@ -140,7 +184,9 @@ pub struct Settings {
     pub azure: AzureConfig,
     /// The repository: `--repo`, `FERRY_REPO` or `repo` in ferry.toml.
     pub repo: Option<String>,
+    pub rados: Rados,
     wal_file: WalFile,
+    pass: Vec<Pass>,
 }
 
 fn load_file(explicit: Option<&Path>) -> Result<File> {
@@ -180,8 +226,120 @@ pub fn parse_size(s: &str) -> Result<u64> {
         .with_context(|| format!("bad size '{s}': use e.g. 8MiB, 8M, 8MB or 8000000"))
 }
 
+/// Parses `30s`, `2m`, `1h 30m`; a plain number is seconds.
 fn parse_duration(s: &str) -> Result<Duration> {
+    if let Ok(secs) = s.trim().parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
     humantime::parse_duration(s.trim()).with_context(|| format!("bad duration '{s}': use e.g. 30s"))
+}
+
+/// `p` as an absolute path: a child may run elsewhere (PostgreSQL runs restore_command in
+/// the data directory).
+fn abs(p: &Path) -> String {
+    std::path::absolute(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// What a child ferry must be told of `g` and the resolved repository.
+fn passed(g: &Global, repo: Option<&str>) -> Vec<Pass> {
+    let mut v = Vec::new();
+    let mut put = |flag, env, value: Option<String>, secret| {
+        if let Some(value) = value {
+            v.push(Pass {
+                flag,
+                env,
+                value,
+                secret,
+            });
+        }
+    };
+    let repo = repo.map(|r| match r.contains("://") {
+        true => r.to_string(),
+        false => abs(Path::new(r)),
+    });
+    put("--repo", "FERRY_REPO", repo, false);
+    put(
+        "--config",
+        "FERRY_CONFIG",
+        g.config.as_deref().map(abs),
+        false,
+    );
+    // The password's source, not the password: FERRY_PASSWORD is inherited as it is.
+    let pw_file = g.password_file.as_deref().map(abs);
+    put("--password-file", "FERRY_PASSWORD_FILE", pw_file, false);
+    let pw_cmd = g.password_command.clone();
+    put(
+        "--password-command",
+        "FERRY_PASSWORD_COMMAND",
+        pw_cmd,
+        false,
+    );
+    let n = g.concurrency.map(|c| c.to_string());
+    put("--concurrency", "FERRY_CONCURRENCY", n, false);
+    put(
+        "--block-size",
+        "FERRY_BLOCK_SIZE",
+        g.block_size.clone(),
+        false,
+    );
+    put(
+        "--max-memory",
+        "FERRY_MAX_MEMORY",
+        g.max_memory.clone(),
+        false,
+    );
+    put("--timeout", "FERRY_TIMEOUT", g.timeout.clone(), false);
+    put(
+        "--retries",
+        "FERRY_RETRIES",
+        g.retries.map(|r| r.to_string()),
+        false,
+    );
+    put(
+        "--s3-endpoint",
+        "FERRY_S3_ENDPOINT",
+        g.s3_endpoint.clone(),
+        false,
+    );
+    put("--s3-region", "FERRY_S3_REGION", g.s3_region.clone(), false);
+    let cs = g.azure_connection_string.clone();
+    put(
+        "--azure-connection-string",
+        "FERRY_AZURE_CONNECTION_STRING",
+        cs,
+        true,
+    );
+    put(
+        "--ca-cert",
+        "FERRY_CA_CERT",
+        g.ca_cert.as_deref().map(abs),
+        false,
+    );
+    put(
+        "--ceph-conf",
+        "CEPH_CONF",
+        g.ceph_conf.as_deref().map(abs),
+        false,
+    );
+    let su = g.rados_stripe_unit.clone();
+    put("--rados-stripe-unit", "FERRY_RADOS_STRIPE_UNIT", su, false);
+    let sc = g.rados_stripe_count.map(|c| c.to_string());
+    put(
+        "--rados-stripe-count",
+        "FERRY_RADOS_STRIPE_COUNT",
+        sc,
+        false,
+    );
+    let os = g.rados_object_size.clone();
+    put("--rados-object-size", "FERRY_RADOS_OBJECT_SIZE", os, false);
+    let ot = g.rados_op_timeout.clone();
+    put("--rados-op-timeout", "FERRY_RADOS_OP_TIMEOUT", ot, false);
+    let aio = g.rados_aio.map(|n| n.to_string());
+    put("--rados-aio", "FERRY_RADOS_AIO", aio, false);
+    v
 }
 
 impl Settings {
@@ -237,19 +395,107 @@ impl Settings {
         azure.key = f.key.or(azure.key);
         azure.endpoint = f.endpoint.or(azure.endpoint);
         azure.ca_cert = ca_cert.or(azure.ca_cert);
+        let f = file.rados;
+        let rados = Rados {
+            conf: g.ceph_conf.clone().or(f.conf),
+            op_timeout: match g.rados_op_timeout.as_ref().or(f.op_timeout.as_ref()) {
+                Some(t) => parse_duration(t)?,
+                None => Duration::from_secs(60),
+            },
+            aio: g.rados_aio.or(f.aio),
+            stripe_unit: size(&g.rados_stripe_unit, &f.stripe_unit)?,
+            stripe_count: g.rados_stripe_count.or(f.stripe_count),
+            object_size: size(&g.rados_object_size, &f.object_size)?,
+        };
+        let repo = g.repo.clone().or(file.repo);
         Ok(Self {
             engine,
             s3,
             azure,
-            repo: g.repo.clone().or(file.repo),
+            pass: passed(g, repo.as_deref()),
+            repo,
+            rados,
             wal_file: file.wal,
         })
+    }
+
+    /// The settings a child ferry inherits, as its environment.
+    pub fn to_env(&self) -> Vec<(&'static str, String)> {
+        self.pass.iter().map(|p| (p.env, p.value.clone())).collect()
+    }
+
+    /// The settings a child ferry is given on its command line: secrets left out (they
+    /// reach it through its environment or ferry.toml, never through `ps`).
+    pub fn to_args(&self) -> Vec<String> {
+        self.pass
+            .iter()
+            .filter(|p| !p.secret)
+            .flat_map(|p| [p.flag.to_string(), p.value.clone()])
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_size, Settings};
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    #[test]
+    fn a_child_is_told_the_same_settings_by_environment_and_by_flags() {
+        let cli = Cli::parse_from([
+            "ferry",
+            "--config",
+            "/nonexistent-ferry-test.toml",
+            "--repo",
+            "relative/repo",
+            "--password-file",
+            "pw.txt",
+            "--timeout",
+            "5s",
+            "--rados-object-size",
+            "16MiB",
+            "--azure-connection-string",
+            "AccountKey=SECRETKEY",
+            "ls",
+            "/tmp",
+        ]);
+        // The config file named does not exist: loading fails, as it should.
+        assert!(Settings::load(&cli.global).is_err());
+        let mut g = cli.global.clone();
+        g.config = None;
+        let s = Settings::load(&g).unwrap();
+        let env = s.to_env();
+        let args = s.to_args();
+        let cwd = std::env::current_dir().unwrap();
+        let repo = cwd.join("relative/repo").display().to_string();
+        let pw = cwd.join("pw.txt").display().to_string();
+        for (k, v) in [
+            ("FERRY_REPO", repo.as_str()),
+            ("FERRY_PASSWORD_FILE", pw.as_str()),
+            ("FERRY_TIMEOUT", "5s"),
+            ("FERRY_RADOS_OBJECT_SIZE", "16MiB"),
+            ("FERRY_AZURE_CONNECTION_STRING", "AccountKey=SECRETKEY"),
+        ] {
+            assert!(env.contains(&(k, v.to_string())), "{env:?} lacks {k}");
+        }
+        for pair in [
+            ["--repo", repo.as_str()],
+            ["--password-file", pw.as_str()],
+            ["--timeout", "5s"],
+            ["--rados-object-size", "16MiB"],
+        ] {
+            assert!(
+                args.windows(2).any(|w| w == pair),
+                "{args:?} lacks {pair:?}"
+            );
+        }
+        assert!(!args.iter().any(|a| a.contains("SECRETKEY")), "{args:?}");
+        assert_eq!(s.rados.object_size, Some(16 << 20));
+        // Every variable the environment carries, the flags carry too, but the secret.
+        assert_eq!(env.len(), args.len() / 2 + 1);
+        assert!(!format!("{s:?}").contains("SECRETKEY"));
+    }
 
     #[test]
     fn sizes() {

@@ -208,3 +208,17 @@ fn local_to_local() {
     assert!(same_file(&dir.join("a"), &dir.join("b")));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Local disk keeps no digest: the summary says the copy was not checked against one, rather
+/// than `"verified": 0`, which reads as a check that failed.
+#[test]
+fn local_copies_say_unverified() {
+    let dir = temp_dir();
+    let (src, dst) = (dir.join("a"), dir.join("b"));
+    random_file(&src, MIB + 7, 3);
+    let out = summary(&ok(&["cp", "--json", s(&src), s(&dst)]));
+    assert!(same_file(&src, &dst));
+    assert_eq!(out["unverified"], 1, "{out}");
+    assert!(out.get("verified").is_none(), "{out}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

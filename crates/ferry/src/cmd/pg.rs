@@ -8,7 +8,7 @@ use ferry_pg::expire::Keep;
 use ferry_pg::restore::{show_time, RestoreOptions};
 use ferry_pg::Target;
 
-use crate::cli::{Global, PgBackupArgs, PgCommand, PgExpireArgs, PgRestoreArgs};
+use crate::cli::{PgBackupArgs, PgCommand, PgExpireArgs, PgRestoreArgs};
 use crate::cmd::repo::open;
 use crate::ctx::Ctx;
 use crate::output::BarProgress;
@@ -109,42 +109,16 @@ fn sh(word: &str) -> Result<String> {
     Ok(format!("\"{word}\""))
 }
 
-/// `ferry wal-fetch` with the repository and credentials this restore used, for
-/// PostgreSQL to run.
-fn restore_command(g: &Global, stores: &Stores) -> Result<String> {
+/// `ferry wal-fetch` with the repository, credentials' sources and store settings this
+/// restore used, for PostgreSQL to run (secrets stay out: see [`Settings::to_args`]).
+fn restore_command(stores: &Stores) -> Result<String> {
     let exe = std::env::current_exe().context("where is ferry")?;
-    let repo = stores.settings().repo.clone().context("no repository")?;
-    let repo = if repo.contains("://") {
-        repo
-    } else {
-        std::path::absolute(&repo)?.display().to_string()
-    };
-    let mut cmd = vec![sh(&exe.display().to_string())?, "--repo".into(), sh(&repo)?];
-    if let Some(f) = &g.password_file {
-        cmd.extend([
-            "--password-file".into(),
-            sh(&std::path::absolute(f)?.display().to_string())?,
-        ]);
-    } else if let Some(c) = &g.password_command {
-        cmd.extend(["--password-command".into(), sh(c)?]);
-    }
-    if let Some(e) = &g.s3_endpoint {
-        cmd.extend(["--s3-endpoint".into(), sh(e)?]);
-    }
-    if let Some(r) = &g.s3_region {
-        cmd.extend(["--s3-region".into(), sh(r)?]);
-    }
-    if let Some(c) = &g.ca_cert {
-        cmd.extend([
-            "--ca-cert".into(),
-            sh(&std::path::absolute(c)?.display().to_string())?,
-        ]);
-    }
-    if let Some(c) = &g.config {
-        cmd.extend([
-            "--config".into(),
-            sh(&std::path::absolute(c)?.display().to_string())?,
-        ]);
+    let settings = stores.settings();
+    settings.repo.as_ref().context("no repository")?;
+    let mut cmd = vec![sh(&exe.display().to_string())?];
+    for pair in settings.to_args().chunks(2) {
+        // The flag is ferry's own word; the value is the user's, and quoted.
+        cmd.extend([pair[0].clone(), sh(&pair[1])?]);
     }
     cmd.extend(["wal-fetch".into(), "%f".into(), "%p".into()]);
     Ok(cmd.join(" "))
@@ -158,7 +132,7 @@ async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
     } = ctx;
     let started = Instant::now();
     let target = target(a)?;
-    let restore_command = restore_command(g, stores)?;
+    let restore_command = restore_command(stores)?;
     let repo = open(g, stores).await?;
     let progress = BarProgress::new(out);
     let opts = RestoreOptions {
@@ -357,20 +331,31 @@ mod tests {
             "https://s3.example:9000",
             "--s3-region",
             "eu-north-1",
+            "--ceph-conf",
+            "/etc/ceph/other.conf",
+            "--rados-stripe-unit",
+            "8MiB",
+            "--azure-connection-string",
+            "AccountKey=SECRETKEY",
             "pg",
             "backups",
         ]);
         let settings = Settings::load(&cli.global).unwrap();
         let engine = ferry_transfer::Engine::new(settings.engine.clone());
         let stores = Stores::new(settings, engine);
-        let cmd = super::restore_command(&cli.global, &stores).unwrap();
+        let cmd = super::restore_command(&stores).unwrap();
         for want in [
             r#"--repo "s3://bucket/prefix""#,
             r#"--s3-endpoint "https://s3.example:9000""#,
             r#"--s3-region "eu-north-1""#,
+            r#"--ceph-conf "/etc/ceph/other.conf""#,
+            r#"--rados-stripe-unit "8MiB""#,
             "wal-fetch %f %p",
         ] {
             assert!(cmd.contains(want), "{cmd} lacks {want}");
         }
+        // A secret never goes on a command line (postgresql.auto.conf, ps).
+        assert!(!cmd.contains("SECRETKEY"), "{cmd}");
+        assert!(!cmd.contains("azure"), "{cmd}");
     }
 }

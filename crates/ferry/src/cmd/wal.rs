@@ -24,6 +24,7 @@ use crate::cmd::repo::repo_place;
 use crate::ctx::Ctx;
 use crate::password::password;
 use crate::places::{Place, Stores};
+use crate::settings::Settings;
 use crate::settings::Wal;
 use crate::Output;
 
@@ -84,49 +85,13 @@ fn pgdata() -> Result<PathBuf> {
 }
 
 /// Settings travel to the agent as `FERRY_*` variables: every flag has one.
-fn agent_env(g: &Global, w: &WalArgs) -> Vec<(&'static str, String)> {
-    let mut v = Vec::new();
+fn agent_env(settings: &Settings, w: &WalArgs) -> Vec<(&'static str, String)> {
+    let mut v = settings.to_env();
     let mut put = |k: &'static str, val: Option<String>| {
         if let Some(val) = val {
             v.push((k, val));
         }
     };
-    put(
-        "FERRY_CONFIG",
-        g.config.as_ref().map(|p| {
-            std::path::absolute(p)
-                .unwrap_or(p.clone())
-                .display()
-                .to_string()
-        }),
-    );
-    put("FERRY_REPO", g.repo.clone());
-    // The password's source, not the password: FERRY_PASSWORD is inherited as it is.
-    put(
-        "FERRY_PASSWORD_FILE",
-        g.password_file.as_ref().map(|p| {
-            std::path::absolute(p)
-                .unwrap_or(p.clone())
-                .display()
-                .to_string()
-        }),
-    );
-    put("FERRY_PASSWORD_COMMAND", g.password_command.clone());
-    put("FERRY_CONCURRENCY", g.concurrency.map(|c| c.to_string()));
-    put("FERRY_BLOCK_SIZE", g.block_size.clone());
-    put("FERRY_MAX_MEMORY", g.max_memory.clone());
-    put("FERRY_TIMEOUT", g.timeout.clone());
-    put("FERRY_RETRIES", g.retries.map(|r| r.to_string()));
-    put("FERRY_S3_ENDPOINT", g.s3_endpoint.clone());
-    put("FERRY_S3_REGION", g.s3_region.clone());
-    put(
-        "FERRY_AZURE_CONNECTION_STRING",
-        g.azure_connection_string.clone(),
-    );
-    put(
-        "FERRY_CA_CERT",
-        g.ca_cert.as_ref().map(|p| p.display().to_string()),
-    );
     put(
         "FERRY_WAL_SPOOL",
         w.spool.as_ref().map(|p| p.display().to_string()),
@@ -144,7 +109,7 @@ fn agent_env(g: &Global, w: &WalArgs) -> Vec<(&'static str, String)> {
 /// `password`, when given, reaches it as `FERRY_PASSWORD` in its environment (never on its
 /// command line, which every user can read).
 fn start_agent(
-    g: &Global,
+    settings: &Settings,
     w: &WalArgs,
     role: &str,
     pg_wal: &Path,
@@ -162,7 +127,7 @@ fn start_agent(
         .arg(role)
         .arg("--pg-wal")
         .arg(pg_wal)
-        .envs(agent_env(g, w))
+        .envs(agent_env(settings, w))
         .env("FERRY_WAL_SPOOL", spool.dir())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -196,7 +161,7 @@ pub async fn push_cmd(args: &WalPushArgs, ctx: &mut Ctx) -> Result<()> {
         // The agent reads the directory PostgreSQL hands files from, wherever it is.
         let parent = path.parent().unwrap_or(Path::new("."));
         let pg_wal = std::path::absolute(parent).context("pg_wal directory")?;
-        let (g2, w2) = (g.clone(), args.wal.clone());
+        let (g2, s2, w2) = (g.clone(), stores.settings().clone(), args.wal.clone());
         let place = repo_place(stores)?;
         let rt = tokio::runtime::Handle::current();
         let p = path.clone();
@@ -216,7 +181,7 @@ pub async fn push_cmd(args: &WalPushArgs, ctx: &mut Ctx) -> Result<()> {
                     );
                 }
                 let pw = checked.as_ref().and_then(|c| c.as_deref());
-                start_agent(&g2, &w2, "push", &pg_wal, &spool, pw).map_err(fail)
+                start_agent(&s2, &w2, "push", &pg_wal, &spool, pw).map_err(fail)
             })
         })
         .await??;
@@ -270,7 +235,8 @@ pub async fn fetch_cmd(args: &WalFetchArgs, ctx: &mut Ctx) -> Result<()> {
         if name.kind() == ferry_wal::Kind::Segment {
             fetch::want(&spool, &name)?;
             if !spool.locked("fetch")? {
-                start_agent(g, &args.wal, "fetch", &dir.join("pg_wal"), &spool, None)?;
+                let s = stores.settings();
+                start_agent(s, &args.wal, "fetch", &dir.join("pg_wal"), &spool, None)?;
             }
         }
         if taken {
