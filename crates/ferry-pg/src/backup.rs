@@ -209,17 +209,7 @@ async fn backup_locked(
         .rev()
         .find(|(_, _, b)| b.system_id == system_id && b.data_dir == data_dir.to_string_lossy())
         .filter(|_| !opts.full);
-    let (index, _, errs) = repo.load_index().await?;
-    if let Some(e) = errs.into_iter().next() {
-        return Err(e);
-    }
-    let index = Arc::new(index);
-    let trees = match parent {
-        Some(_) => {
-            ferry_repo::blob::Trees::preload(&repo, &index, ferry_repo::blob::PRELOAD_MAX).await?
-        }
-        None => ferry_repo::blob::Trees::default(),
-    };
+    let (index, trees) = ferry_repo::backup::starting_point(&repo, parent.is_some()).await?;
     let layout = Arc::new(PgLayout::new(&data_dir, opts.block));
     let arch = Archiver::with_policy(repo.clone(), index, trees, progress, layout);
     let root = arch

@@ -199,17 +199,12 @@ pub async fn restore(
     }
     let (id, snap, b) = choose(&repo, opts).await?;
     let warnings = check_wal(&repo, &b, &opts.target).await?;
-    let (index, _, errs) = repo.load_index().await?;
-    if let Some(e) = errs.into_iter().next() {
-        return Err(e);
-    }
     let existed = opts.to.exists();
     let done = async {
         // Private (0700) before any content; its mode is set last.
         ferry_fs::Dir::create_root(&opts.to).map_err(|e| Error::io(opts.to.display(), e))?;
         let r = ferry_repo::restorer::restore(
             repo.clone(),
-            Arc::new(index),
             &snap,
             &opts.to,
             &ferry_repo::restorer::Options::default(),

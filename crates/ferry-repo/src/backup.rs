@@ -228,6 +228,21 @@ impl Backup {
     }
 }
 
+/// What an archiver starts from when the caller holds the lock already (`ferry-pg`'s base
+/// backup): the index, refused when a file of it cannot be read, and with a parent to
+/// compare against, the parent's trees read up front in a few parallel pack reads.
+pub async fn starting_point(repo: &Repo, parent: bool) -> Result<(Arc<Index>, Trees)> {
+    let (index, _, errs) = repo.load_index().await?;
+    if let Some(e) = errs.into_iter().next() {
+        return Err(Error::Permanent(format!("{e} (run ferry check)")));
+    }
+    let trees = match parent {
+        true => Trees::preload(repo, &index, PRELOAD_MAX).await?,
+        false => Trees::default(),
+    };
+    Ok((Arc::new(index), trees))
+}
+
 /// What a backup reads from the repository before it starts.
 struct Known {
     index: Index,

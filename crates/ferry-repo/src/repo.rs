@@ -149,22 +149,12 @@ impl Repo {
     ) -> Result<Repo> {
         let root = root.trim_matches('/').to_string();
         let url = show(&remote, &root);
-        let mut repo = Repo {
-            remote: remote.clone(),
-            root: root.clone(),
-            key: MasterKey::generate(Id::default()),
-            opened_with: None,
-            cache,
-            config: Config {
-                version: 0,
-                id: Id::default(),
-                chunk_min: 0,
-                chunk_avg: 0,
-                chunk_max: 0,
-                pack_size: 0,
-            },
+        let files = Files {
+            remote: &remote,
+            root: &root,
+            cache: cache.as_ref(),
         };
-        let guess = repo.cache.as_ref().and_then(|c| {
+        let guess = cache.as_ref().and_then(|c| {
             let id = c.ids("keys").into_iter().next()?;
             let body = c.get("keys", &id)?;
             let password = password.to_vec();
@@ -176,8 +166,8 @@ impl Repo {
         let (marker_key, config_key) = (join(&root, MARKER), join(&root, "config"));
         let (marker, keys, config) = tokio::join!(
             remote.head(&marker_key),
-            repo.list_ids("keys"),
-            repo.read_small(&config_key),
+            files.list_ids("keys"),
+            files.read_small(&config_key),
         );
         match marker {
             Ok(_) => {}
@@ -188,62 +178,24 @@ impl Repo {
             }
             Err(e) => return Err(e),
         }
-        let keys = keys?;
-        let mut found = None;
-        if let Some((id, task)) = guess {
-            // A key file removed from the store (key passwd) no longer opens it.
-            if let (true, Ok(Ok(Some(key)))) = (keys.contains(&id), task.await) {
-                found = Some((key, id));
-            }
-        }
-        let mut damaged = Vec::new();
-        for id in &keys {
-            if found.is_some() {
-                break;
-            }
-            // A damaged or vanished key file does not keep another one from opening.
-            let body = match repo.load_raw("keys", id).await {
-                Ok(b) => b,
-                Err(e @ (Error::Checksum(_) | Error::NotFound(_))) => {
-                    damaged.push(format!("keys/{id} ({e})"));
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let password = password.to_vec();
-            let opened = tokio::task::spawn_blocking(move || unwrap_key(&body, &password))
-                .await
-                .map_err(|e| Error::Permanent(e.to_string()))?;
-            match opened {
-                Ok(Some(key)) => found = Some((key, *id)),
-                Ok(None) => {}
-                Err(e) => damaged.push(format!("keys/{id} ({e})")),
-            }
-        }
-        let Some((key, opened_with)) = found else {
-            let why = if damaged.is_empty() {
-                String::new()
-            } else {
-                format!("; damaged: {}", damaged.join(", "))
-            };
-            return Err(Error::Denied(format!(
-                "wrong password for repository {url}, or its key files are damaged \
-                 ({} tried{why})",
-                keys.len()
-            )));
-        };
-        if let Some(c) = &repo.cache {
+        let (key, opened_with) = files.unlock(&keys?, guess, password, &url).await?;
+        if let Some(c) = &cache {
             // The cache keeps one key file, the one to try first next time: it is there
             // already, as the guess or as load_raw cached every key file it read.
             c.retain("keys", &[opened_with].into());
         }
         let cfg = key.open(Kind::Config, &config?, &format!("{url}/config"))?;
-        repo.config = serde_json::from_slice(&cfg)
+        let config: Config = serde_json::from_slice(&cfg)
             .map_err(|e| Error::Checksum(format!("{url}/config: {e}")))?;
-        check_format(&repo.config, &key, &url)?;
-        repo.key = key;
-        repo.opened_with = Some(opened_with);
-        Ok(repo)
+        check_format(&config, &key, &url)?;
+        Ok(Repo {
+            remote,
+            root,
+            key,
+            opened_with: Some(opened_with),
+            cache,
+            config,
+        })
     }
 
     /// Every snapshot, oldest first; refused, naming it, when one cannot be read (`check`
@@ -280,6 +232,34 @@ impl Repo {
                 "{which} matches {n} snapshots: give more digits"
             ))),
         }
+    }
+
+    /// The entries of directory `dir` (absolute, or relative to the snapshot's root) in the
+    /// snapshot `which` names, with the directory's path.
+    pub async fn list_dir(
+        &self,
+        which: &str,
+        dir: &std::path::Path,
+    ) -> Result<(std::path::PathBuf, Vec<crate::tree::Node>)> {
+        let (_, snap) = self.snapshot(which).await?;
+        let (index, _, errs) = self.load_index().await?;
+        if let Some(e) = errs.into_iter().next() {
+            return Err(Error::Permanent(format!("{e} (run ferry check)")));
+        }
+        let mut tree = crate::load_tree(self, &index, &snap.tree).await?;
+        let mut path = std::path::PathBuf::from("/");
+        for comp in dir.strip_prefix("/").unwrap_or(dir).iter() {
+            let missing = |why: &str| Error::Invalid(format!("{}: {why}", dir.display()));
+            let node = tree
+                .nodes
+                .iter()
+                .find(|n| n.name_bytes() == comp.as_encoded_bytes())
+                .ok_or_else(|| missing("not in the snapshot"))?;
+            let sub = node.subtree.ok_or_else(|| missing("not a directory"))?;
+            path.push(comp);
+            tree = crate::load_tree(self, &index, &sub).await?;
+        }
+        Ok((path, tree.nodes))
     }
 
     /// Adds a key file for `password`; returns its id.
@@ -362,40 +342,27 @@ impl Repo {
 
     /// A whole object.
     pub async fn read(&self, key: &str) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        self.remote.download(key, &mut out, &NoProgress).await?;
-        Ok(out)
+        self.files().read(key).await
     }
 
     /// A whole small object (config, key, index, snapshot, lock file) in one request.
     pub async fn read_small(&self, key: &str) -> Result<Vec<u8>> {
-        Ok(self.remote.get(key).await?.into())
+        self.files().read_small(key).await
+    }
+
+    /// What the key is not needed for: reading and listing the repository's files.
+    fn files(&self) -> Files<'_> {
+        Files {
+            remote: &self.remote,
+            root: &self.root,
+            cache: self.cache.as_ref(),
+        }
     }
 
     /// The stored bytes of `kind/id`, from the cache when it has them, checked against the
     /// name.
     async fn load_raw(&self, kind: &str, id: &Id) -> Result<Vec<u8>> {
-        let cache = self.cache.as_ref().filter(|_| cached_kind(kind));
-        if let Some(body) = cache.and_then(|c| c.get(kind, id)) {
-            return Ok(body);
-        }
-        let key = join(&self.root, &format!("{kind}/{id}"));
-        // Index files run to megabytes: read them with a deadline that grows with their size.
-        let body = if kind == "index" {
-            self.read(&key).await?
-        } else {
-            self.read_small(&key).await?
-        };
-        if Id::of(&body) != *id {
-            return Err(Error::Checksum(format!(
-                "{}/{kind}/{id}: content does not match its name (damaged)",
-                self.url()
-            )));
-        }
-        if let Some(c) = cache {
-            c.put(kind, id, &body);
-        }
-        Ok(body)
+        self.files().load_raw(kind, id).await
     }
 
     /// The whole pack `id`, which holds trees, from the cache when it has it.
@@ -453,12 +420,7 @@ impl Repo {
 
     /// Ids of the files of `kind`.
     pub async fn list_ids(&self, kind: &str) -> Result<Vec<Id>> {
-        let prefix = join(&self.root, &format!("{kind}/"));
-        let objs = self.remote.list(&prefix).await?;
-        Ok(objs
-            .iter()
-            .filter_map(|o| Id::parse(o.key.rsplit('/').next()?))
-            .collect())
+        self.files().list_ids(kind).await
     }
 
     /// Deletes the file `kind/id`.
@@ -501,6 +463,121 @@ impl Repo {
     }
 }
 
+/// The repository's files as read before its key is known (opening reads the key files and
+/// the config through it), and after.
+struct Files<'a> {
+    remote: &'a Remote,
+    root: &'a str,
+    cache: Option<&'a Cache>,
+}
+
+impl Files<'_> {
+    fn url(&self) -> String {
+        show(self.remote, self.root)
+    }
+
+    async fn read(&self, key: &str) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.remote.download(key, &mut out, &NoProgress).await?;
+        Ok(out)
+    }
+
+    async fn read_small(&self, key: &str) -> Result<Vec<u8>> {
+        Ok(self.remote.get(key).await?.into())
+    }
+
+    /// The master key `password` unwraps from one of the key files `keys`: first the one
+    /// `guess` is already unwrapping (the key file that opened the repository last time),
+    /// then each in turn. A damaged key file does not keep another one from opening.
+    async fn unlock(
+        &self,
+        keys: &[Id],
+        guess: Option<(Id, Unwrapping)>,
+        password: &[u8],
+        url: &str,
+    ) -> Result<(MasterKey, Id)> {
+        let mut found = None;
+        if let Some((id, task)) = guess {
+            // A key file removed from the store (key passwd) no longer opens it.
+            if let (true, Ok(Ok(Some(key)))) = (keys.contains(&id), task.await) {
+                found = Some((key, id));
+            }
+        }
+        let mut damaged = Vec::new();
+        for id in keys {
+            if found.is_some() {
+                break;
+            }
+            // A damaged or vanished key file does not keep another one from opening.
+            let body = match self.load_raw("keys", id).await {
+                Ok(b) => b,
+                Err(e @ (Error::Checksum(_) | Error::NotFound(_))) => {
+                    damaged.push(format!("keys/{id} ({e})"));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let password = password.to_vec();
+            let opened = tokio::task::spawn_blocking(move || unwrap_key(&body, &password))
+                .await
+                .map_err(|e| Error::Permanent(e.to_string()))?;
+            match opened {
+                Ok(Some(key)) => found = Some((key, *id)),
+                Ok(None) => {}
+                Err(e) => damaged.push(format!("keys/{id} ({e})")),
+            }
+        }
+        found.ok_or_else(|| {
+            let why = if damaged.is_empty() {
+                String::new()
+            } else {
+                format!("; damaged: {}", damaged.join(", "))
+            };
+            Error::Denied(format!(
+                "wrong password for repository {url}, or its key files are damaged \
+                 ({} tried{why})",
+                keys.len()
+            ))
+        })
+    }
+
+    /// The stored bytes of `kind/id`, from the cache when it has them, checked against the
+    /// name.
+    async fn load_raw(&self, kind: &str, id: &Id) -> Result<Vec<u8>> {
+        let cache = self.cache.as_ref().filter(|_| cached_kind(kind));
+        if let Some(body) = cache.and_then(|c| c.get(kind, id)) {
+            return Ok(body);
+        }
+        let key = join(&self.root, &format!("{kind}/{id}"));
+        // Index files run to megabytes: read them with a deadline that grows with their size.
+        let body = if kind == "index" {
+            self.read(&key).await?
+        } else {
+            self.read_small(&key).await?
+        };
+        if Id::of(&body) != *id {
+            return Err(Error::Checksum(format!(
+                "{}/{kind}/{id}: content does not match its name (damaged)",
+                self.url()
+            )));
+        }
+        if let Some(c) = cache {
+            c.put(kind, id, &body);
+        }
+        Ok(body)
+    }
+
+    /// Ids of the files of `kind`.
+    pub async fn list_ids(&self, kind: &str) -> Result<Vec<Id>> {
+        let prefix = join(&self.root, &format!("{kind}/"));
+        let objs = self.remote.list(&prefix).await?;
+        Ok(objs
+            .iter()
+            .filter_map(|o| Id::parse(o.key.rsplit('/').next()?))
+            .collect())
+    }
+}
+
 /// Refuses a config that does not go with the key that opened it: a format this ferry does
 /// not know, or one other than the key file's (a format 1 key file carries no repository
 /// id; a format 2 one carries the id the config must hold).
@@ -525,6 +602,9 @@ fn check_format(config: &Config, key: &MasterKey, url: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// A key file being unwrapped off the async workers (Argon2 takes a fraction of a second).
+type Unwrapping = tokio::task::JoinHandle<Result<Option<MasterKey>>>;
 
 /// Unwraps a stored key file with `password`: `Ok(None)` when the password is not its.
 fn unwrap_key(body: &[u8], password: &[u8]) -> Result<Option<MasterKey>> {

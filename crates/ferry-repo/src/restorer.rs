@@ -512,17 +512,22 @@ impl Writer {
 }
 
 /// Restores `snap` into `target` as `opts` say, holding a shared lock (a prune must not
-/// delete packs while they are read). Entries the snapshot names badly are refused, each
-/// reported; the rest is restored.
+/// delete packs while they are read) under which the index is read. Entries the snapshot
+/// names badly are refused, each reported; the rest is restored.
 pub async fn restore(
     repo: Arc<Repo>,
-    index: Arc<Index>,
     snap: &Snapshot,
     target: &Path,
     opts: &Options,
     progress: Arc<dyn crate::archiver::BackupProgress>,
 ) -> Result<Restored> {
-    let work = restore_locked(repo.clone(), index, snap, target, opts, progress);
+    let work = async {
+        let (index, _, errs) = repo.load_index().await?;
+        if let Some(e) = errs.into_iter().next() {
+            return Err(Error::Permanent(format!("{e} (run ferry check)")));
+        }
+        restore_locked(repo.clone(), Arc::new(index), snap, target, opts, progress).await
+    };
     crate::lock::under(&repo, false, work).await
 }
 

@@ -1,6 +1,5 @@
 //! `ferry backup` and `ferry restore`.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
@@ -93,10 +92,6 @@ pub async fn restore(args: &RestoreArgs, ctx: &mut Ctx) -> Result<()> {
     let started = Instant::now();
     let repo = open(g, stores).await?;
     let (id, snap) = repo.snapshot(&args.snapshot).await?;
-    let (index, _, errs) = repo.load_index().await?;
-    if let Some(e) = errs.first() {
-        bail!("{e} (run ferry check)");
-    }
     let progress = BarProgress::new(out);
     progress.bar.add_total(snap.summary.total_bytes);
     use ferry_repo::restorer::{Options, Overwrite, Select};
@@ -111,14 +106,8 @@ pub async fn restore(args: &RestoreArgs, ctx: &mut Ctx) -> Result<()> {
         },
         delete: args.delete,
     };
-    let work = ferry_repo::restorer::restore(
-        repo.clone(),
-        Arc::new(index),
-        &snap,
-        &args.target,
-        &opts,
-        progress.clone(),
-    );
+    let work =
+        ferry_repo::restorer::restore(repo.clone(), &snap, &args.target, &opts, progress.clone());
     let done = work.await?;
     progress.bar.finish();
     let secs = started.elapsed().as_secs_f64();

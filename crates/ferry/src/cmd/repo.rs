@@ -148,29 +148,8 @@ pub async fn ls(which: &str, dir: Option<&Path>, ctx: &mut Ctx) -> Result<()> {
         out,
     } = ctx;
     let repo = open(g, stores).await?;
-    let (_, snap) = repo.snapshot(which).await?;
-    let (index, _, errs) = repo.load_index().await?;
-    if let Some(e) = errs.first() {
-        bail!("{e} (run ferry check)");
-    }
-    let mut tree = ferry_repo::load_tree(&repo, &index, &snap.tree).await?;
-    let mut prefix = std::path::PathBuf::from("/");
-    if let Some(d) = dir {
-        for comp in d.strip_prefix("/").unwrap_or(d).iter() {
-            let node = tree
-                .nodes
-                .iter()
-                .find(|n| n.name_bytes() == comp.as_encoded_bytes())
-                .with_context(|| format!("{}: not in the snapshot", d.display()))?;
-            let sub = node
-                .subtree
-                .with_context(|| format!("{}: not a directory", d.display()))?;
-            prefix.push(comp);
-            tree = ferry_repo::load_tree(&repo, &index, &sub).await?;
-        }
-    }
-    let rows: Vec<(String, &ferry_repo::tree::Node)> = tree
-        .nodes
+    let (prefix, nodes) = repo.list_dir(which, dir.unwrap_or(Path::new("/"))).await?;
+    let rows: Vec<(String, &ferry_repo::tree::Node)> = nodes
         .iter()
         .map(|n| {
             let name = String::from_utf8_lossy(&n.name_bytes()).into_owned();
