@@ -548,7 +548,7 @@ impl Files<'_> {
         if let Some(body) = cache.and_then(|c| c.get(kind, id)) {
             return Ok(body);
         }
-        let key = join(&self.root, &format!("{kind}/{id}"));
+        let key = join(self.root, &format!("{kind}/{id}"));
         // Index files run to megabytes: read them with a deadline that grows with their size.
         let body = if kind == "index" {
             self.read(&key).await?
@@ -569,7 +569,7 @@ impl Files<'_> {
 
     /// Ids of the files of `kind`.
     pub async fn list_ids(&self, kind: &str) -> Result<Vec<Id>> {
-        let prefix = join(&self.root, &format!("{kind}/"));
+        let prefix = join(self.root, &format!("{kind}/"));
         let objs = self.remote.list(&prefix).await?;
         Ok(objs
             .iter()
