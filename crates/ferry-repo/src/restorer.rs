@@ -399,6 +399,9 @@ where
 
 /// Where a blob's plaintext goes: (item, offset in the file).
 type Targets = Vec<(usize, u64)>;
+
+/// pack -> blob -> (offset, sealed length, the files and offsets it goes to).
+type ByPack = HashMap<u32, HashMap<Id, (u32, u32, Targets)>>;
 /// A blob to read: offset in its pack, sealed length, id, targets.
 type Want = (u64, u32, Id, Targets);
 
@@ -511,6 +514,89 @@ impl Writer {
     }
 }
 
+/// The reads that fetch every blob wanted, in pack order, neighbours within
+/// [`COALESCE_GAP`] merged into one ranged read of at most [`MAX_READ`].
+fn coalesce(
+    mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Targets)>>,
+    index: &Index,
+) -> Vec<Read> {
+    let mut packs: Vec<u32> = by_pack.keys().copied().collect();
+    packs.sort_unstable();
+    let mut reads = Vec::new();
+    for p in packs {
+        let mut blobs: Vec<Want> = by_pack
+            .remove(&p)
+            .expect("listed")
+            .into_iter()
+            .map(|(id, (o, l, t))| (u64::from(o), l, id, t))
+            .collect();
+        blobs.sort_by_key(|b| b.0);
+        let pack = index.pack(p);
+        for b in blobs {
+            let b_end = b.0 + u64::from(b.1);
+            match reads.last_mut() {
+                Some(Read {
+                    pack: rp,
+                    start,
+                    end,
+                    blobs: rb,
+                }) if *rp == pack && b.0 <= *end + COALESCE_GAP && b_end - *start <= MAX_READ => {
+                    *end = b_end;
+                    rb.push(b);
+                }
+                _ => reads.push(Read {
+                    pack,
+                    start: b.0,
+                    end: b_end,
+                    blobs: vec![b],
+                }),
+            }
+        }
+    }
+    reads
+}
+
+/// Runs `reads`, many in flight, each written into its files by `writer` on a core of its
+/// own; returns the files whose content is not in place (with why) and the metadata that
+/// could not be set.
+async fn fetch_and_write(
+    repo: &Arc<Repo>,
+    reads: Vec<Read>,
+    writer: Arc<Writer>,
+) -> Result<(Vec<(usize, String)>, Vec<String>)> {
+    // Decrypting, decompressing and writing is CPU work: one read at a time per core. More
+    // would only hold more plaintext buffers at once; reads keep arriving meanwhile.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cpu = Arc::new(tokio::sync::Semaphore::new(cores));
+    let mut running = futures::stream::iter(reads)
+        .map(|r| {
+            let repo = repo.clone();
+            let writer = writer.clone();
+            let cpu = cpu.clone();
+            async move {
+                let fetched = repo
+                    .read_range(&repo.pack_path(&r.pack), r.start..r.end)
+                    .await;
+                let _core = cpu.acquire_owned().await.expect("never closed");
+                tokio::task::spawn_blocking(move || writer.write(r, fetched))
+                    .await
+                    .map_err(|e| Error::Permanent(e.to_string()))
+            }
+        })
+        .buffer_unordered(if repo.remote().is_local() {
+            2 * cores
+        } else {
+            READS_AT_ONCE
+        });
+    let (mut bad, mut unset) = (Vec::new(), Vec::new());
+    while let Some(w) = running.next().await {
+        let w = w?;
+        bad.extend(w.bad);
+        unset.extend(w.unset);
+    }
+    Ok((bad, unset))
+}
+
 /// Restores `snap` into `target` as `opts` say, holding a shared lock (a prune must not
 /// delete packs while they are read) under which the index is read. Entries the snapshot
 /// names badly are refused, each reported; the rest is restored.
@@ -539,14 +625,14 @@ async fn restore_locked(
     opts: &Options,
     progress: Arc<dyn crate::archiver::BackupProgress>,
 ) -> Result<Restored> {
-    let special = opts.special;
+    // 1. What to restore: the snapshot's trees walked into entries, bounded by memory.
     let include: Vec<PathBuf> = opts
         .include
         .iter()
         .map(|p| p.strip_prefix("/").unwrap_or(p).to_path_buf())
         .collect();
     let trees = crate::blob::Trees::preload(&repo, &index, crate::blob::PRELOAD_MAX).await?;
-    let walked = walk(
+    let mut walked = walk(
         &repo,
         &index,
         &trees,
@@ -557,26 +643,93 @@ async fn restore_locked(
     )
     .await?;
     drop(trees);
-    let Walked {
-        items,
-        refused,
-        whole: selected,
-        known,
-    } = walked;
-    if !include.is_empty() && items.is_empty() {
+    if !include.is_empty() && walked.items.is_empty() {
         return Err(Error::NotFound(format!("{include:?}: not in the snapshot")));
     }
+    // 2. Directories made, private; files planned blob by blob.
     ferry_fs::raise_fd_limit();
     let root = Dir::create_root(target).map_err(|e| Error::io(target.display(), e))?;
-    // SAFETY: geteuid cannot fail.
-    let owner = unsafe { libc::geteuid() } == 0;
     let mut out = Restored {
-        errors: refused,
+        errors: std::mem::take(&mut walked.refused),
         ..Restored::default()
     };
+    let (mut plan, by_pack, whole) = lay_out(walked, root, &index, opts, &mut out);
+    // 3. Files of several blobs made on all cores, under private temp names.
+    let (its, pl) = (plan.items.clone(), plan.places.clone());
+    let make = std::mem::take(&mut plan.make);
+    let made = on_all_cores(make.len(), move |k| {
+        let i = make[k];
+        let dir = pl.parent(&its, i).ok_or((i, NO_PARENT.to_string()))?;
+        let t = create(dir, &its[i].node).map_err(|e| (i, e.to_string()))?;
+        let _ = pl.temps[i].set(Box::new((t.name, t.id)));
+        Ok(())
+    })
+    .await?;
+    plan.damaged.extend(made);
+    // 4. Blobs read pack by pack in coalesced ranges, checked, written into their files.
+    let reads = coalesce(by_pack, &index);
+    let writer = Arc::new(Writer {
+        key: repo.key().clone(),
+        items: plan.items.clone(),
+        whole,
+        places: plan.places.clone(),
+        owner: plan.owner,
+        special: opts.special,
+        progress: progress.clone(),
+    });
+    let (bad, unset) = fetch_and_write(&repo, reads, writer.clone()).await?;
+    for (i, why) in bad {
+        plan.damaged.entry(i).or_insert(why);
+    }
+    out.errors.extend(unset);
+    // 5. Names, links, special files, deletions; directories' metadata last.
+    finish(plan, &writer.whole, opts, &include, &mut out).await?;
+    Ok(out)
+}
+
+/// What laying out a restore decided, for the phases after it.
+struct Plan {
+    items: Arc<Vec<Item>>,
+    places: Arc<Places>,
+    /// Entries that cannot be restored, with why.
+    damaged: HashMap<usize, String>,
+    /// Files of several blobs, made before their blobs are read.
+    make: Vec<usize>,
+    /// Links and special files: made after all content.
+    others: Vec<usize>,
+    /// Entries left as they were, as the overwrite policy says.
+    left: HashSet<usize>,
+    /// Hard-linked files: (the first name, another name).
+    hardlinks: Vec<(usize, usize)>,
+    /// Entries selected whole, and every name the snapshot holds (for `--delete`).
+    selected: Vec<bool>,
+    known: HashMap<PathBuf, HashSet<Vec<u8>>>,
+    /// Restoring as root: owners are set.
+    owner: bool,
+}
+
+/// Makes the directories (private until their metadata is set last) and plans every file:
+/// which blobs of which packs it is made of, or why it cannot be restored. Returns the plan,
+/// the blobs wanted per pack, and which files are made whole by their one blob.
+fn lay_out(
+    walked: Walked,
+    root: Dir,
+    index: &Index,
+    opts: &Options,
+    out: &mut Restored,
+) -> (Plan, ByPack, Vec<bool>) {
+    let Walked {
+        items,
+        whole: selected,
+        known,
+        ..
+    } = walked;
+    let special = opts.special;
+    // SAFETY: geteuid cannot fail.
+    let owner = unsafe { libc::geteuid() } == 0;
     let mut damaged: HashMap<usize, String> = HashMap::new();
     // pack -> blob -> (offset, sealed len, targets)
-    let mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Targets)>> = HashMap::new();
+    let mut by_pack: ByPack = HashMap::new();
     let mut links: HashMap<(u64, u64), usize> = HashMap::new();
     let mut hardlinks: Vec<(usize, usize)> = Vec::new();
     let mut whole = vec![false; items.len()];
@@ -661,100 +814,44 @@ async fn restore_locked(
             _ => others.push(i),
         }
     }
-    let items = Arc::new(items);
-    let places = Arc::new(places);
-    let (its, pl) = (items.clone(), places.clone());
-    let made = on_all_cores(make.len(), move |k| {
-        let i = make[k];
-        let dir = pl.parent(&its, i).ok_or((i, NO_PARENT.to_string()))?;
-        let t = create(dir, &its[i].node).map_err(|e| (i, e.to_string()))?;
-        let _ = pl.temps[i].set(Box::new((t.name, t.id)));
-        Ok(())
-    })
-    .await?;
-    damaged.extend(made);
-
-    // Reads in pack order, each at most a few MiB, many in flight.
-    let mut packs: Vec<u32> = by_pack.keys().copied().collect();
-    packs.sort_unstable();
-    let mut reads = Vec::new();
-    for p in packs {
-        let mut blobs: Vec<Want> = by_pack
-            .remove(&p)
-            .expect("listed")
-            .into_iter()
-            .map(|(id, (o, l, t))| (u64::from(o), l, id, t))
-            .collect();
-        blobs.sort_by_key(|b| b.0);
-        let pack = index.pack(p);
-        for b in blobs {
-            let b_end = b.0 + u64::from(b.1);
-            match reads.last_mut() {
-                Some(Read {
-                    pack: rp,
-                    start,
-                    end,
-                    blobs: rb,
-                }) if *rp == pack && b.0 <= *end + COALESCE_GAP && b_end - *start <= MAX_READ => {
-                    *end = b_end;
-                    rb.push(b);
-                }
-                _ => reads.push(Read {
-                    pack,
-                    start: b.0,
-                    end: b_end,
-                    blobs: vec![b],
-                }),
-            }
-        }
-    }
-    let writer = Arc::new(Writer {
-        key: repo.key().clone(),
-        items: items.clone(),
-        whole,
-        places: places.clone(),
+    let plan = Plan {
+        items: Arc::new(items),
+        places: Arc::new(places),
+        damaged,
+        make,
+        others,
+        left,
+        hardlinks,
+        selected,
+        known,
         owner,
-        special,
-        progress: progress.clone(),
-    });
-    // Decrypting, decompressing and writing is CPU work: one read at a time per core. More
-    // would only hold more plaintext buffers at once; reads keep arriving meanwhile.
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let cpu = Arc::new(tokio::sync::Semaphore::new(cores));
-    let mut running = futures::stream::iter(reads)
-        .map(|r| {
-            let repo = repo.clone();
-            let writer = writer.clone();
-            let cpu = cpu.clone();
-            async move {
-                let fetched = repo
-                    .read_range(&repo.pack_path(&r.pack), r.start..r.end)
-                    .await;
-                let _core = cpu.acquire_owned().await.expect("never closed");
-                tokio::task::spawn_blocking(move || writer.write(r, fetched))
-                    .await
-                    .map_err(|e| Error::Permanent(e.to_string()))
-            }
-        })
-        .buffer_unordered(if repo.remote().is_local() {
-            2 * cores
-        } else {
-            READS_AT_ONCE
-        });
-    let mut unset = Vec::new();
-    while let Some(w) = running.next().await {
-        let w = w?;
-        for (i, why) in w.bad {
-            damaged.entry(i).or_insert(why);
-        }
-        unset.extend(w.unset);
-    }
-    drop(running);
-    let whole = &writer.whole;
-    out.errors.extend(unset);
+    };
+    (plan, by_pack, whole)
+}
 
-    // Damaged files are reported and their temp files removed; the others get their
-    // metadata and names, on all cores; links and special files after them.
+/// Damaged files reported and their temp files removed; the others given their metadata and
+/// names on all cores; then links, special files, `--delete`, and directories' metadata,
+/// deepest first.
+async fn finish(
+    plan: Plan,
+    whole: &[bool],
+    opts: &Options,
+    include: &[PathBuf],
+    out: &mut Restored,
+) -> Result<()> {
+    let Plan {
+        items,
+        places,
+        damaged,
+        others,
+        left,
+        hardlinks,
+        selected,
+        known,
+        owner,
+        ..
+    } = plan;
+    let special = opts.special;
     let mut finish = Vec::new();
     for (i, it) in items.iter().enumerate() {
         if let Some(why) = damaged.get(&i) {
@@ -811,7 +908,7 @@ async fn restore_locked(
         }
     }
     if opts.delete {
-        let done = delete_extra(&places, &items, &selected, &known, &include, &opts.select);
+        let done = delete_extra(&places, &items, &selected, &known, include, &opts.select);
         out.deleted += done.0;
         out.errors.extend(done.1);
     }
@@ -825,5 +922,5 @@ async fn restore_locked(
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
