@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ferry_repo::Repo;
 use ferry_transfer::Result;
-use ferry_wal::{Archive, Kind, WalName};
+use ferry_wal::{Archive, Kind, WalKey, WalName};
 
 /// The archive's contents.
 pub struct WalView {
@@ -19,9 +19,27 @@ pub struct WalView {
     seg_size: u64,
 }
 
-/// The WAL archive inside `repo`.
+/// The key `repo`'s WAL is sealed with, derived from its master key.
+pub fn wal_key(repo: &Repo) -> WalKey {
+    WalKey::from_secret(&repo.key().subkey(ferry_wal::envelope::KEY_CONTEXT))
+}
+
+/// The WAL archive inside `repo`, sealed with its key.
 pub fn archive(repo: &Repo) -> Arc<Archive> {
-    Archive::new(repo.remote().clone(), &repo.path(""), 0)
+    Archive::with_key(
+        repo.remote().clone(),
+        &repo.path(""),
+        0,
+        Some(wal_key(repo)),
+    )
+}
+
+/// Audits the WAL archive inside `repo` with the repository's key: headers only, or every
+/// object read and authenticated with `read_data`. Empty when there is none.
+pub async fn audit(repo: &Repo, read_data: bool) -> Result<Vec<ferry_wal::audit::Finding>> {
+    let archive = archive(repo);
+    let names: Vec<WalName> = archive.list().await?.into_iter().map(|(n, _)| n).collect();
+    Ok(ferry_wal::audit::audit(&archive, &names, true, read_data).await)
 }
 
 impl WalView {

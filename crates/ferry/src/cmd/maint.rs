@@ -16,7 +16,7 @@ pub async fn check(args: &CheckArgs, ctx: &mut Ctx) -> Result<()> {
     } = ctx;
     let repo = open_uncached(g, stores).await?;
     let mut r = ferry_repo::checker::check(&repo, args.read_data).await?;
-    let wal = crate::cmd::wal::audit_archive(&repo, stores, args.read_data).await?;
+    let wal = ferry_pg::walview::audit(&repo, args.read_data).await?;
     r.errors.extend(wal.into_iter().map(|f| f.problem));
     if out.json {
         println!(

@@ -52,7 +52,7 @@ async fn unlock(g: &Global, place: &Place) -> Result<Option<Unlocked>> {
     }
     let pw = password(g, false).context("the WAL archive is in an encrypted ferry repository")?;
     let repo = Repo::open(place.store.clone(), &place.key, &pw, None).await?;
-    let key = WalKey::from_secret(&repo.key().subkey(ferry_wal::envelope::KEY_CONTEXT));
+    let key = ferry_pg::walview::wal_key(&repo);
     Ok(Some(Unlocked { key, password: pw }))
 }
 
@@ -396,18 +396,4 @@ pub async fn agent_cmd(args: &WalAgentArgs, ctx: &mut Ctx) -> Result<()> {
         r => bail!("unknown agent role '{r}'"),
     }
     Ok(())
-}
-
-/// The WAL archive that shares `repo`'s prefix, audited with the repository's key: headers
-/// only, or every object read and authenticated with `read_data`. Empty when there is none.
-pub async fn audit_archive(
-    repo: &Repo,
-    stores: &mut Stores,
-    read_data: bool,
-) -> Result<Vec<ferry_wal::audit::Finding>> {
-    let place = repo_place(stores)?;
-    let key = WalKey::from_secret(&repo.key().subkey(ferry_wal::envelope::KEY_CONTEXT));
-    let archive = Archive::with_key(place.store, &place.key, 0, Some(key));
-    let names: Vec<WalName> = archive.list().await?.into_iter().map(|(n, _)| n).collect();
-    Ok(ferry_wal::audit::audit(&archive, &names, true, read_data).await)
 }
