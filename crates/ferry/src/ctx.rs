@@ -22,4 +22,9 @@ impl Ctx {
     pub fn engine(&self) -> &Engine {
         self.stores.engine()
     }
+
+    /// The flags, the stores and the output at once, for a handler that needs all three.
+    pub fn parts(&mut self) -> (&Global, &mut Stores, &Output) {
+        (&self.global, &mut self.stores, &self.out)
+    }
 }

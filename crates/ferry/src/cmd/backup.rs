@@ -12,11 +12,7 @@ use crate::ctx::Ctx;
 use crate::output::{scan, BarProgress};
 
 pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let started = Instant::now();
     let job = match args.stdin {
         true => {
@@ -84,11 +80,7 @@ pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
 }
 
 pub async fn restore(args: &RestoreArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let started = Instant::now();
     let repo = open(g, stores).await?;
     let (id, snap) = repo.snapshot(&args.snapshot).await?;

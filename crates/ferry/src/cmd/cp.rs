@@ -27,7 +27,7 @@ struct Job {
 
 pub async fn run(args: &CpArgs, ctx: &mut Ctx) -> Result<()> {
     let engine = ctx.engine().clone();
-    let Ctx { stores, out, .. } = ctx;
+    let (_, stores, out) = ctx.parts();
     let (dst_raw, srcs) = args.paths.split_last().expect("clap requires two paths");
     let dst = stores.open(dst_raw)?;
     let many = srcs.len() > 1 || args.recursive;

@@ -14,11 +14,7 @@ use crate::password::password;
 use crate::Output;
 
 pub async fn run(cmd: &KeyCmd, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let repo = open(g, stores).await?;
     match cmd {
         KeyCmd::Passwd(n) => {

@@ -9,11 +9,7 @@ use crate::ctx::Ctx;
 use crate::Output;
 
 pub async fn check(args: &CheckArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let repo = open_uncached(g, stores).await?;
     let mut r = ferry_repo::checker::check(&repo, args.read_data).await?;
     let wal = ferry_pg::walview::audit(&repo, args.read_data).await?;
@@ -56,11 +52,7 @@ pub async fn check(args: &CheckArgs, ctx: &mut Ctx) -> Result<()> {
 }
 
 pub async fn forget(args: &ForgetArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let policy = Policy {
         last: args.keep_last,
         hourly: args.keep_hourly,

@@ -31,11 +31,7 @@ fn mb(b: u64) -> String {
 }
 
 async fn backup(a: &PgBackupArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let started = Instant::now();
     let block = parse_size(&a.block)?;
     if block == 0 || !block.is_multiple_of(8192) || block > 16 << 20 {
@@ -125,11 +121,7 @@ fn restore_command(stores: &Stores) -> Result<String> {
 }
 
 async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let started = Instant::now();
     let target = target(a)?;
     let restore_command = restore_command(stores)?;
@@ -181,11 +173,7 @@ async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
 }
 
 async fn list(ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let repo = open(g, stores).await?;
     let snaps = repo.snapshots().await?;
     let all = ferry_pg::record::backups(snaps);
@@ -219,11 +207,7 @@ async fn list(ctx: &mut Ctx) -> Result<()> {
 }
 
 async fn expire(a: &PgExpireArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let repo = open(g, stores).await?;
     let keep = Keep {
         last: a.keep,
@@ -259,11 +243,7 @@ async fn expire(a: &PgExpireArgs, ctx: &mut Ctx) -> Result<()> {
 }
 
 async fn verify(read_data: bool, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let repo = open(g, stores).await?;
     let v = ferry_pg::verify::verify(repo.clone(), read_data).await?;
     let bad = v.backups.iter().filter(|f| !f.ok()).count();

@@ -56,11 +56,7 @@ fn cache_base(g: &Global) -> Option<std::path::PathBuf> {
 }
 
 pub async fn init(a: &InitArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let place = repo_place(stores)?;
     let pw = password(g, true)?;
     if place.loc.is_remote() {
@@ -97,11 +93,7 @@ pub fn when(t: i64) -> String {
 }
 
 pub async fn snapshots(ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let repo = open(g, stores).await?;
     let snaps = repo.snapshots().await?;
     if out.json {
@@ -142,11 +134,7 @@ pub fn names_snapshot(arg: &str, stores: &Stores) -> bool {
 }
 
 pub async fn ls(which: &str, dir: Option<&Path>, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let repo = open(g, stores).await?;
     let (prefix, nodes) = repo.list_dir(which, dir.unwrap_or(Path::new("/"))).await?;
     let rows: Vec<(String, &ferry_repo::tree::Node)> = nodes

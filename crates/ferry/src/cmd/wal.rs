@@ -143,11 +143,7 @@ fn start_agent(
 }
 
 pub async fn push_cmd(args: &WalPushArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let dir = pgdata()?;
     let wal = stores.settings().wal(&args.wal, &dir)?;
     let path = args.path.clone();
@@ -219,11 +215,7 @@ fn report(out: &Output, path: &Path, what: &str) -> Result<()> {
 }
 
 pub async fn fetch_cmd(args: &WalFetchArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let dir = pgdata()?;
     let wal = stores.settings().wal(&args.wal, &dir)?;
     let name = WalName::parse(&args.name)?;
@@ -273,11 +265,7 @@ pub async fn fetch_cmd(args: &WalFetchArgs, ctx: &mut Ctx) -> Result<()> {
 }
 
 pub async fn status_cmd(args: &WalStatusArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g,
-        stores,
-        out,
-    } = ctx;
+    let (g, stores, out) = ctx.parts();
     let dir = match &args.pgdata {
         Some(d) => d.clone(),
         None => pgdata()?,
@@ -362,9 +350,7 @@ fn print_status(st: &status::Status) {
 }
 
 pub async fn agent_cmd(args: &WalAgentArgs, ctx: &mut Ctx) -> Result<()> {
-    let Ctx {
-        global: g, stores, ..
-    } = ctx;
+    let (g, stores, _) = ctx.parts();
     let here = pgdata()?;
     let pg_wal = args.pg_wal.clone().unwrap_or_else(|| here.join("pg_wal"));
     let wal = stores.settings().wal(&args.wal, &here)?;
