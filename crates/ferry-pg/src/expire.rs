@@ -35,10 +35,12 @@ pub struct Expired {
     pub wal_from: Option<String>,
 }
 
-/// Removes the backups `keep` does not keep and the WAL older than every kept one.
+/// Removes the backups `keep` does not keep and the WAL older than every kept one, under an
+/// exclusive lock as `forget` takes (the backups it decides on cannot change underneath: a
+/// `pg backup` adding one, another expire); a dry run, which removes nothing, shares it.
 /// Data is freed by a prune afterwards, under its own exclusive lock.
 pub async fn expire(repo: Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<Expired> {
-    ferry_repo::lock::under(&repo, false, expire_locked(&repo, keep, dry_run)).await
+    ferry_repo::lock::under(&repo, !dry_run, expire_locked(&repo, keep, dry_run)).await
 }
 
 async fn expire_locked(repo: &Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<Expired> {

@@ -31,6 +31,7 @@ pub struct RestoreOptions {
 }
 
 /// What was restored.
+#[derive(Debug)]
 pub struct Restored {
     /// The backup's snapshot id.
     pub id: Id,

@@ -9,6 +9,7 @@ use crate::record::{backups, PgBackup};
 use crate::walview::WalView;
 
 /// One backup's findings.
+#[derive(Debug)]
 pub struct Finding {
     /// The backup.
     pub id: Id,
@@ -28,6 +29,7 @@ impl Finding {
 }
 
 /// What verify found.
+#[derive(Debug)]
 pub struct Verified {
     /// Per backup, oldest first.
     pub backups: Vec<Finding>,

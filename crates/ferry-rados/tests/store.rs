@@ -47,6 +47,20 @@ async fn upload(s: &RadosStore, key: &str, data: &[u8], block: usize, meta: &Met
     s.complete_upload(&up, ids, &Meta::new()).await.unwrap();
 }
 
+/// The suite every store passes (ferry_testkit::conformance), under a prefix of its own in
+/// the shared pool.
+#[tokio::test]
+async fn conformance() {
+    let Some(c) = ceph() else { return };
+    let s = store(&c, Layout::default());
+    let dir = unique("conf");
+    ferry_testkit::conformance::suite(&s, &dir).await;
+    for o in s.list(&dir).await.unwrap() {
+        s.delete(&o.key).await.unwrap();
+    }
+    assert!(s.list(&dir).await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn boundary_sizes_round_trip_and_striper_reads_them() {
     let Some(c) = ceph() else { return };

@@ -3,7 +3,8 @@
 //! The trait exposes block (multipart) sessions instead of hiding them, so that the transfer
 //! engine above, not the backend, decides how many blocks are in flight, retries a failed block
 //! alone and checks each block. Backends: [`local::LocalStore`] (a directory, with fsync and
-//! atomic rename) and [`cloud::CloudStore`] (S3 and Azure Blob through `object_store`).
+//! atomic rename), [`cloud::CloudStore`] (S3 and Azure Blob through `object_store`) and
+//! [`memory::MemoryStore`] (in memory, for tests).
 #![warn(missing_docs)]
 
 pub mod buffer;
@@ -12,6 +13,7 @@ mod error;
 pub mod flow;
 pub mod local;
 mod location;
+pub mod memory;
 pub mod size;
 
 use std::collections::BTreeMap;
@@ -77,6 +79,16 @@ pub struct Limits {
     pub max_block: u64,
     /// Most blocks one object may have.
     pub max_blocks: u64,
+}
+
+impl Limits {
+    /// A store with no block limits of its own (local disk, memory): blocks up to 4 GiB, as
+    /// many as the object needs.
+    pub const UNBOUNDED: Limits = Limits {
+        min_block: 1,
+        max_block: 1 << 32,
+        max_blocks: u64::MAX,
+    };
 }
 
 /// An open block session: blocks are written, then completed into one object or aborted.

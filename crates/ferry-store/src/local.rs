@@ -155,11 +155,7 @@ impl Store for LocalStore {
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            min_block: 1,
-            max_block: 1 << 32,
-            max_blocks: u64::MAX,
-        }
+        Limits::UNBOUNDED
     }
 
     fn digest(&self, _info: &ObjectInfo) -> Option<String> {

@@ -1,110 +1,18 @@
-//! One suite every backend passes: local disk, MinIO (S3) and Azurite (Azure), all real.
+//! One suite every backend passes: local disk, MinIO (S3) and Azurite (Azure), all real, and
+//! the in-memory store the libraries' own tests run on.
 
 use bytes::Bytes;
 use ferry_store::cloud::CloudStore;
 use ferry_store::local::LocalStore;
-use ferry_store::{Error, Meta, Store};
-use ferry_testkit::random_bytes;
-
-async fn suite(store: &dyn Store) {
-    let meta = Meta::from([("ferry_blocks".to_string(), "5242880".to_string())]);
-
-    // Whole puts, ranged gets, heads with metadata.
-    let small = Bytes::from(random_bytes(1000, 1));
-    store.put("dir/a", small.clone(), &meta).await.unwrap();
-    assert_eq!(store.get_range("dir/a", 0..1000).await.unwrap(), small);
-    assert_eq!(
-        store.get_range("dir/a", 10..20).await.unwrap(),
-        small.slice(10..20)
-    );
-    let info = store.head("dir/a").await.unwrap();
-    assert_eq!(info.size, 1000);
-    store
-        .put("dir/empty", Bytes::new(), &Meta::new())
-        .await
-        .unwrap();
-    assert_eq!(store.head("dir/empty").await.unwrap().size, 0);
-
-    // Missing objects are NotFound, whatever the backend.
-    assert!(matches!(
-        store.head("dir/missing").await,
-        Err(Error::NotFound(_))
-    ));
-    assert!(matches!(
-        store.get_range("dir/missing", 0..1).await,
-        Err(Error::NotFound(_))
-    ));
-
-    // Block sessions: blocks in any order, the object appears only at completion.
-    let block = 5 << 20;
-    let data = Bytes::from(random_bytes(2 * block + 7, 2));
-    let up = store.start_upload("dir/big", &meta).await.unwrap();
-    let b2 = store
-        .put_block(&up, 2, 2 * block as u64, data.slice(2 * block..))
-        .await
-        .unwrap();
-    let b0 = store
-        .put_block(&up, 0, 0, data.slice(..block))
-        .await
-        .unwrap();
-    let b1 = store
-        .put_block(&up, 1, block as u64, data.slice(block..2 * block))
-        .await
-        .unwrap();
-    assert!(
-        matches!(store.head("dir/big").await, Err(Error::NotFound(_))),
-        "visible before completion"
-    );
-    store
-        .complete_upload(&up, vec![b0, b1, b2], &meta)
-        .await
-        .unwrap();
-    let got = store
-        .get_range("dir/big", 0..data.len() as u64)
-        .await
-        .unwrap();
-    assert!(got == data, "block upload corrupted");
-
-    // An aborted session leaves nothing.
-    let up = store.start_upload("dir/aborted", &meta).await.unwrap();
-    store
-        .put_block(&up, 0, 0, data.slice(..block))
-        .await
-        .unwrap();
-    store.abort_upload(&up).await.unwrap();
-    assert!(matches!(
-        store.head("dir/aborted").await,
-        Err(Error::NotFound(_))
-    ));
-
-    // Listing is recursive, sorted, and shows only finished objects.
-    let keys: Vec<_> = store
-        .list("dir")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| (o.key, o.size))
-        .collect();
-    assert_eq!(
-        keys,
-        vec![
-            ("dir/a".into(), 1000),
-            ("dir/big".into(), data.len() as u64),
-            ("dir/empty".into(), 0)
-        ]
-    );
-
-    // Delete is idempotent.
-    store.delete("dir/a").await.unwrap();
-    store.delete("dir/a").await.unwrap();
-    assert!(matches!(store.head("dir/a").await, Err(Error::NotFound(_))));
-}
+use ferry_store::memory::MemoryStore;
+use ferry_store::{DigestKind, Error, Meta, Store};
+use ferry_testkit::conformance::suite;
 
 #[tokio::test]
 async fn local_disk() {
     let dir = std::env::temp_dir().join(ferry_testkit::unique("ferry-conf"));
     let store = LocalStore::new(&dir);
-    suite(&store).await;
+    suite(&store, "dir").await;
     // No temp files left behind by the aborted upload.
     let leftovers: Vec<_> = std::fs::read_dir(dir.join("dir"))
         .unwrap()
@@ -115,12 +23,30 @@ async fn local_disk() {
 }
 
 #[tokio::test]
+async fn memory() {
+    for store in [
+        MemoryStore::new(),
+        MemoryStore::recording(DigestKind::Blake3),
+    ] {
+        suite(&store, "dir").await;
+        // No session left open by the completed and the aborted upload, and nothing but the
+        // objects the suite left.
+        assert_eq!(store.open_uploads(), 0);
+        assert_eq!(store.keys(), ["dir/big", "dir/empty"]);
+        // What was stored is what the store hands back, metadata included.
+        let info = store.head("dir/big").await.unwrap();
+        assert_eq!(info.meta.get("ferry_blocks").unwrap(), "5242880");
+        assert_eq!(store.bytes("dir/big").unwrap().len() as u64, info.size);
+    }
+}
+
+#[tokio::test]
 async fn s3_minio() {
     let Some(cfg) = ferry_testkit::s3() else {
         return;
     };
     let (store, _) = ferry_testkit::s3_bucket(&cfg).await;
-    suite(&store).await;
+    suite(&store, "dir").await;
     assert_eq!(
         store.pending_uploads("").await.unwrap(),
         Vec::<String>::new(),
@@ -139,7 +65,7 @@ async fn azure_azurite() {
         return;
     };
     let (store, _) = ferry_testkit::azure_container(&cfg).await;
-    suite(&store).await;
+    suite(&store, "dir").await;
 }
 
 #[tokio::test]

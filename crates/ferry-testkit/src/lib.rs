@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod ceph;
+pub mod conformance;
 pub mod pg;
 pub mod toxiproxy;
 

@@ -224,7 +224,17 @@ impl Archive {
         let (header, obj, data) =
             sealed.map_err(|e| Error::Permanent(format!("compress: {e}")))??;
         match existing {
-            Ok(h) if h.same_content(&header) => return Ok(Pushed::AlreadyArchived(header)),
+            // The header speaks only for itself: before PostgreSQL is told the file is safe
+            // (and recycles it), the stored copy is read back and checked whole. A second
+            // push of one file is rare (a retry, a crash); a damaged copy is replaced.
+            Ok(h) if h.same_content(&header) => match self.fetch(name).await {
+                Ok(stored) if stored == data => return Ok(Pushed::AlreadyArchived(header)),
+                Ok(_) => return Err(self.differs(name)),
+                Err(Error::Checksum(why)) => {
+                    tracing::warn!("{name}: the archived copy is damaged ({why}); replacing it");
+                }
+                Err(e) => return Err(e),
+            },
             // Plaintext in an encrypted archive: fetch refuses it, so it is replaced by this
             // sealed copy (whoever can write the store may have planted it).
             Ok(h) if h.cipher == Cipher::None && self.key.is_some() => {}
