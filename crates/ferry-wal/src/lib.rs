@@ -17,6 +17,7 @@ pub mod fetch;
 pub mod name;
 pub mod page;
 pub mod push;
+pub mod spawn;
 pub mod spool;
 pub mod status;
 

@@ -246,99 +246,77 @@ fn abs(p: &Path) -> String {
 /// What a child ferry must be told of `g` and the resolved repository.
 fn passed(g: &Global, repo: Option<&str>) -> Vec<Pass> {
     let mut v = Vec::new();
-    let mut put = |flag, env, value: Option<String>, secret| {
-        if let Some(value) = value {
-            v.push(Pass {
-                flag,
-                env,
-                value,
-                secret,
-            });
-        }
+    let mut put = |flag, env, value: Option<String>| {
+        v.extend(value.map(|value| Pass {
+            flag,
+            env,
+            value,
+            secret: false,
+        }));
     };
     let repo = repo.map(|r| match r.contains("://") {
         true => r.to_string(),
         false => abs(Path::new(r)),
     });
-    put("--repo", "FERRY_REPO", repo, false);
-    put(
-        "--config",
-        "FERRY_CONFIG",
-        g.config.as_deref().map(abs),
-        false,
-    );
+    let path = |p: &Option<PathBuf>| p.as_deref().map(abs);
+    let text = |n: Option<u64>| n.map(|n| n.to_string());
+    put("--repo", "FERRY_REPO", repo);
+    put("--config", "FERRY_CONFIG", path(&g.config));
     // The password's source, not the password: FERRY_PASSWORD is inherited as it is.
-    let pw_file = g.password_file.as_deref().map(abs);
-    put("--password-file", "FERRY_PASSWORD_FILE", pw_file, false);
-    let pw_cmd = g.password_command.clone();
+    put(
+        "--password-file",
+        "FERRY_PASSWORD_FILE",
+        path(&g.password_file),
+    );
     put(
         "--password-command",
         "FERRY_PASSWORD_COMMAND",
-        pw_cmd,
-        false,
-    );
-    let n = g.concurrency.map(|c| c.to_string());
-    put("--concurrency", "FERRY_CONCURRENCY", n, false);
-    put(
-        "--block-size",
-        "FERRY_BLOCK_SIZE",
-        g.block_size.clone(),
-        false,
+        g.password_command.clone(),
     );
     put(
-        "--max-memory",
-        "FERRY_MAX_MEMORY",
-        g.max_memory.clone(),
-        false,
+        "--concurrency",
+        "FERRY_CONCURRENCY",
+        text(g.concurrency.map(|n| n as u64)),
     );
-    put("--timeout", "FERRY_TIMEOUT", g.timeout.clone(), false);
+    put("--block-size", "FERRY_BLOCK_SIZE", g.block_size.clone());
+    put("--max-memory", "FERRY_MAX_MEMORY", g.max_memory.clone());
+    put("--timeout", "FERRY_TIMEOUT", g.timeout.clone());
+    put("--retries", "FERRY_RETRIES", text(g.retries.map(u64::from)));
+    put("--s3-endpoint", "FERRY_S3_ENDPOINT", g.s3_endpoint.clone());
+    put("--s3-region", "FERRY_S3_REGION", g.s3_region.clone());
+    put("--ca-cert", "FERRY_CA_CERT", path(&g.ca_cert));
+    put("--ceph-conf", "CEPH_CONF", path(&g.ceph_conf));
     put(
-        "--retries",
-        "FERRY_RETRIES",
-        g.retries.map(|r| r.to_string()),
-        false,
+        "--rados-stripe-unit",
+        "FERRY_RADOS_STRIPE_UNIT",
+        g.rados_stripe_unit.clone(),
     );
-    put(
-        "--s3-endpoint",
-        "FERRY_S3_ENDPOINT",
-        g.s3_endpoint.clone(),
-        false,
-    );
-    put("--s3-region", "FERRY_S3_REGION", g.s3_region.clone(), false);
-    let cs = g.azure_connection_string.clone();
-    put(
-        "--azure-connection-string",
-        "FERRY_AZURE_CONNECTION_STRING",
-        cs,
-        true,
-    );
-    put(
-        "--ca-cert",
-        "FERRY_CA_CERT",
-        g.ca_cert.as_deref().map(abs),
-        false,
-    );
-    put(
-        "--ceph-conf",
-        "CEPH_CONF",
-        g.ceph_conf.as_deref().map(abs),
-        false,
-    );
-    let su = g.rados_stripe_unit.clone();
-    put("--rados-stripe-unit", "FERRY_RADOS_STRIPE_UNIT", su, false);
-    let sc = g.rados_stripe_count.map(|c| c.to_string());
     put(
         "--rados-stripe-count",
         "FERRY_RADOS_STRIPE_COUNT",
-        sc,
-        false,
+        text(g.rados_stripe_count),
     );
-    let os = g.rados_object_size.clone();
-    put("--rados-object-size", "FERRY_RADOS_OBJECT_SIZE", os, false);
-    let ot = g.rados_op_timeout.clone();
-    put("--rados-op-timeout", "FERRY_RADOS_OP_TIMEOUT", ot, false);
-    let aio = g.rados_aio.map(|n| n.to_string());
-    put("--rados-aio", "FERRY_RADOS_AIO", aio, false);
+    put(
+        "--rados-object-size",
+        "FERRY_RADOS_OBJECT_SIZE",
+        g.rados_object_size.clone(),
+    );
+    put(
+        "--rados-op-timeout",
+        "FERRY_RADOS_OP_TIMEOUT",
+        g.rados_op_timeout.clone(),
+    );
+    put(
+        "--rados-aio",
+        "FERRY_RADOS_AIO",
+        text(g.rados_aio.map(|n| n as u64)),
+    );
+    v.extend(g.azure_connection_string.clone().map(|value| Pass {
+        flag: "--azure-connection-string",
+        env: "FERRY_AZURE_CONNECTION_STRING",
+        value,
+        secret: true,
+    }));
     v
 }
 

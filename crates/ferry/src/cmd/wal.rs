@@ -6,7 +6,6 @@
 //! is plaintext, as before `ferry init`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,9 +104,7 @@ fn agent_env(settings: &Settings, w: &WalArgs) -> Vec<(&'static str, String)> {
     v
 }
 
-/// Starts `ferry wal-agent ROLE` detached: its own session, output to the spool's log.
-/// `password`, when given, reaches it as `FERRY_PASSWORD` in its environment (never on its
-/// command line, which every user can read).
+/// Starts `ferry wal-agent ROLE` with this process's settings (ferry-wal's `spawn`).
 fn start_agent(
     settings: &Settings,
     w: &WalArgs,
@@ -116,30 +113,18 @@ fn start_agent(
     spool: &Spool,
     password: Option<&[u8]>,
 ) -> Result<()> {
-    let exe = std::env::current_exe().context("locating the ferry binary")?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(spool.path("agent.log"))
-        .with_context(|| format!("spool {}", spool.dir().display()))?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("wal-agent")
-        .arg(role)
-        .arg("--pg-wal")
-        .arg(pg_wal)
-        .envs(agent_env(settings, w))
-        .env("FERRY_WAL_SPOOL", spool.dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-    if let Some(pw) = password {
-        use std::os::unix::ffi::OsStrExt;
-        cmd.env("FERRY_PASSWORD", std::ffi::OsStr::from_bytes(pw));
-    }
-    // Its own session: PostgreSQL's signals to the archiver's process group leave it alone.
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    cmd.spawn().context("starting the WAL agent")?;
-    Ok(())
+    let program = std::env::current_exe().context("locating the ferry binary")?;
+    let agent = ferry_wal::spawn::Agent {
+        program: &program,
+        role,
+        pg_wal,
+        spool,
+        env: agent_env(settings, w),
+        password,
+    };
+    agent
+        .start()
+        .with_context(|| format!("spool {}", spool.dir().display()))
 }
 
 pub async fn push_cmd(args: &WalPushArgs, ctx: &mut Ctx) -> Result<()> {
