@@ -245,15 +245,16 @@ fn abs(p: &Path) -> String {
 
 /// What a child ferry must be told of `g` and the resolved repository.
 fn passed(g: &Global, repo: Option<&str>) -> Vec<Pass> {
-    let mut v = Vec::new();
-    let mut put = |flag, env, value: Option<String>| {
-        v.extend(value.map(|value| Pass {
+    let pass = |flag, env, value: Option<String>, secret| {
+        value.map(|value| Pass {
             flag,
             env,
             value,
-            secret: false,
-        }));
+            secret,
+        })
     };
+    let mut v = Vec::new();
+    let mut put = |flag, env, value| v.extend(pass(flag, env, value, false));
     let repo = repo.map(|r| match r.contains("://") {
         true => r.to_string(),
         false => abs(Path::new(r)),
@@ -311,12 +312,13 @@ fn passed(g: &Global, repo: Option<&str>) -> Vec<Pass> {
         "FERRY_RADOS_AIO",
         text(g.rados_aio.map(|n| n as u64)),
     );
-    v.extend(g.azure_connection_string.clone().map(|value| Pass {
-        flag: "--azure-connection-string",
-        env: "FERRY_AZURE_CONNECTION_STRING",
-        value,
-        secret: true,
-    }));
+    let cs = g.azure_connection_string.clone();
+    v.extend(pass(
+        "--azure-connection-string",
+        "FERRY_AZURE_CONNECTION_STRING",
+        cs,
+        true,
+    ));
     v
 }
 
