@@ -243,6 +243,56 @@ fn abs(p: &Path) -> String {
         .to_string()
 }
 
+/// The settings a child ferry is told of: its flag, its variable, and its value in `g`.
+type Field = (&'static str, &'static str, fn(&Global) -> Option<String>);
+
+/// Every setting of [`Global`] a child ferry needs, paths made absolute (a child may run
+/// elsewhere: PostgreSQL runs restore_command in the data directory). The password's source,
+/// not the password: `FERRY_PASSWORD` is inherited as it is.
+const FIELDS: &[Field] = &[
+    ("--config", "FERRY_CONFIG", |g| path(&g.config)),
+    ("--password-file", "FERRY_PASSWORD_FILE", |g| {
+        path(&g.password_file)
+    }),
+    ("--password-command", "FERRY_PASSWORD_COMMAND", |g| {
+        g.password_command.clone()
+    }),
+    ("--concurrency", "FERRY_CONCURRENCY", |g| {
+        text(g.concurrency)
+    }),
+    ("--block-size", "FERRY_BLOCK_SIZE", |g| g.block_size.clone()),
+    ("--max-memory", "FERRY_MAX_MEMORY", |g| g.max_memory.clone()),
+    ("--timeout", "FERRY_TIMEOUT", |g| g.timeout.clone()),
+    ("--retries", "FERRY_RETRIES", |g| text(g.retries)),
+    ("--s3-endpoint", "FERRY_S3_ENDPOINT", |g| {
+        g.s3_endpoint.clone()
+    }),
+    ("--s3-region", "FERRY_S3_REGION", |g| g.s3_region.clone()),
+    ("--ca-cert", "FERRY_CA_CERT", |g| path(&g.ca_cert)),
+    ("--ceph-conf", "CEPH_CONF", |g| path(&g.ceph_conf)),
+    ("--rados-stripe-unit", "FERRY_RADOS_STRIPE_UNIT", |g| {
+        g.rados_stripe_unit.clone()
+    }),
+    ("--rados-stripe-count", "FERRY_RADOS_STRIPE_COUNT", |g| {
+        text(g.rados_stripe_count)
+    }),
+    ("--rados-object-size", "FERRY_RADOS_OBJECT_SIZE", |g| {
+        g.rados_object_size.clone()
+    }),
+    ("--rados-op-timeout", "FERRY_RADOS_OP_TIMEOUT", |g| {
+        g.rados_op_timeout.clone()
+    }),
+    ("--rados-aio", "FERRY_RADOS_AIO", |g| text(g.rados_aio)),
+];
+
+fn path(p: &Option<PathBuf>) -> Option<String> {
+    p.as_deref().map(abs)
+}
+
+fn text(n: Option<impl ToString>) -> Option<String> {
+    n.map(|n| n.to_string())
+}
+
 /// What a child ferry must be told of `g` and the resolved repository.
 fn passed(g: &Global, repo: Option<&str>) -> Vec<Pass> {
     let pass = |flag, env, value: Option<String>, secret| {
@@ -253,64 +303,17 @@ fn passed(g: &Global, repo: Option<&str>) -> Vec<Pass> {
             secret,
         })
     };
-    let mut v = Vec::new();
-    let mut put = |flag, env, value| v.extend(pass(flag, env, value, false));
     let repo = repo.map(|r| match r.contains("://") {
         true => r.to_string(),
         false => abs(Path::new(r)),
     });
-    let path = |p: &Option<PathBuf>| p.as_deref().map(abs);
-    let text = |n: Option<u64>| n.map(|n| n.to_string());
-    put("--repo", "FERRY_REPO", repo);
-    put("--config", "FERRY_CONFIG", path(&g.config));
-    // The password's source, not the password: FERRY_PASSWORD is inherited as it is.
-    put(
-        "--password-file",
-        "FERRY_PASSWORD_FILE",
-        path(&g.password_file),
-    );
-    put(
-        "--password-command",
-        "FERRY_PASSWORD_COMMAND",
-        g.password_command.clone(),
-    );
-    put(
-        "--concurrency",
-        "FERRY_CONCURRENCY",
-        text(g.concurrency.map(|n| n as u64)),
-    );
-    put("--block-size", "FERRY_BLOCK_SIZE", g.block_size.clone());
-    put("--max-memory", "FERRY_MAX_MEMORY", g.max_memory.clone());
-    put("--timeout", "FERRY_TIMEOUT", g.timeout.clone());
-    put("--retries", "FERRY_RETRIES", text(g.retries.map(u64::from)));
-    put("--s3-endpoint", "FERRY_S3_ENDPOINT", g.s3_endpoint.clone());
-    put("--s3-region", "FERRY_S3_REGION", g.s3_region.clone());
-    put("--ca-cert", "FERRY_CA_CERT", path(&g.ca_cert));
-    put("--ceph-conf", "CEPH_CONF", path(&g.ceph_conf));
-    put(
-        "--rados-stripe-unit",
-        "FERRY_RADOS_STRIPE_UNIT",
-        g.rados_stripe_unit.clone(),
-    );
-    put(
-        "--rados-stripe-count",
-        "FERRY_RADOS_STRIPE_COUNT",
-        text(g.rados_stripe_count),
-    );
-    put(
-        "--rados-object-size",
-        "FERRY_RADOS_OBJECT_SIZE",
-        g.rados_object_size.clone(),
-    );
-    put(
-        "--rados-op-timeout",
-        "FERRY_RADOS_OP_TIMEOUT",
-        g.rados_op_timeout.clone(),
-    );
-    put(
-        "--rados-aio",
-        "FERRY_RADOS_AIO",
-        text(g.rados_aio.map(|n| n as u64)),
+    let mut v: Vec<Pass> = pass("--repo", "FERRY_REPO", repo, false)
+        .into_iter()
+        .collect();
+    v.extend(
+        FIELDS
+            .iter()
+            .filter_map(|(flag, env, get)| pass(flag, env, get(g), false)),
     );
     let cs = g.azure_connection_string.clone();
     v.extend(pass(
