@@ -839,18 +839,9 @@ async fn finish(
     include: &[PathBuf],
     out: &mut Restored,
 ) -> Result<()> {
-    let Plan {
-        items,
-        places,
-        damaged,
-        others,
-        left,
-        hardlinks,
-        selected,
-        known,
-        owner,
-        ..
-    } = plan;
+    let (items, places, damaged, left) = (plan.items, plan.places, plan.damaged, plan.left);
+    let (others, hardlinks, owner) = (plan.others, plan.hardlinks, plan.owner);
+    let (selected, known) = (plan.selected, plan.known);
     let special = opts.special;
     let mut finish = Vec::new();
     for (i, it) in items.iter().enumerate() {

@@ -342,6 +342,12 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
 
+    /// The keys `list(prefix)` returns.
+    async fn keys_under(s: &MemoryStore, prefix: &str) -> Vec<String> {
+        let listed = s.list(prefix).await.unwrap();
+        listed.into_iter().map(|o| o.key).collect()
+    }
+
     fn run<T>(f: impl std::future::Future<Output = T>) -> T {
         tokio::runtime::Builder::new_current_thread()
             .build()
@@ -362,21 +368,9 @@ mod tests {
             // A sibling whose name merely starts like the object is no conflict.
             s.put("a/bc", Bytes::new(), &none).await.unwrap();
             s.put("ab", Bytes::new(), &none).await.unwrap();
-            let listed: Vec<_> = s
-                .list("a")
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|o| o.key)
-                .collect();
+            let listed = keys_under(&s, "a").await;
             assert_eq!(listed, ["a/b", "a/bc"]);
-            let listed: Vec<_> = s
-                .list("a/b")
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|o| o.key)
-                .collect();
+            let listed = keys_under(&s, "a/b").await;
             assert_eq!(listed, ["a/b"]);
             assert_eq!(s.list("").await.unwrap().len(), 3);
             for bad in ["", "/", "a//b", "a/../b", "./a"] {
