@@ -44,6 +44,14 @@ fn remote(store: &Arc<MemoryStore>) -> Remote {
     Engine::new(EngineConfig::default()).remote(store, Class::Bulk)
 }
 
+/// A scratch directory with an empty `src` in it, removed when the test ends.
+fn scratch_with_src() -> (Scratch, PathBuf) {
+    let scratch = Scratch::new("ferry-repo-mem");
+    let src = scratch.0.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    (scratch, src)
+}
+
 async fn new_repo() -> (Arc<MemoryStore>, Arc<Repo>) {
     let store = Arc::new(MemoryStore::new());
     let repo = Repo::init(remote(&store), ROOT, PASSWORD, ferry_repo::repo::FORMAT)
@@ -318,9 +326,7 @@ async fn backup_restores_exactly_and_the_next_one_reads_only_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forget_then_prune_frees_what_no_kept_snapshot_uses() {
-    let scratch = Scratch::new("ferry-repo-mem");
-    let src = scratch.0.join("src");
-    std::fs::create_dir_all(&src).unwrap();
+    let (scratch, src) = scratch_with_src();
     let (store, repo) = new_repo().await;
     let old = random_bytes(200_000, 10);
     let kept = random_bytes(150_000, 11);
@@ -392,9 +398,7 @@ async fn forget_then_prune_frees_what_no_kept_snapshot_uses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn damage_is_reported_by_check_and_refused_by_restore() {
-    let scratch = Scratch::new("ferry-repo-mem");
-    let src = scratch.0.join("src");
-    std::fs::create_dir_all(&src).unwrap();
+    let (scratch, src) = scratch_with_src();
     let (store, repo) = new_repo().await;
     let a = random_bytes(200_000, 20);
     let b = random_bytes(200_000, 21);
