@@ -9,8 +9,9 @@
 # measurement), REPEAT (runs of each tool, taking turns; the table shows medians; default 3).
 set -euo pipefail
 if [ -n "${PROFILES:-}" ]; then
-  for p in $PROFILES; do PROFILE=$p PROFILES='' "$0" || echo "profile $p: FAILED" >&2; done
-  exit 0
+  failed=0
+  for p in $PROFILES; do PROFILE=$p PROFILES='' "$0" || { echo "profile $p: FAILED" >&2; failed=1; }; done
+  exit $failed
 fi
 FERRY=${FERRY:-$(dirname "$0")/../target/release/ferry}
 case $FERRY in */*) FERRY=$(realpath -m "$FERRY") ;; *) FERRY=$(command -v "$FERRY" || echo "$FERRY") ;; esac
@@ -57,7 +58,7 @@ if [ "${LINK_SECS:-8}" != 0 ]; then
   echo "measuring link (${LINK_SECS:-8} s per direction, 32 streams)..." >&2
   measure_link "${LINK_SECS:-8}" 32
 else
-  LINK_UP=$AGG_MBPS LINK_DOWN=$AGG_MBPS LINK_RTT=$RTT_MS LINK_HOW="nominal (LINK_SECS=0)"
+  LINK_UP=$AGG_MBPS LINK_DOWN=$AGG_DOWN_MBPS LINK_RTT=$RTT_MS LINK_HOW="nominal (LINK_SECS=0)"
 fi
 
 # run TEST TOOL DIR BYTES FILES CMD...: time CMD in the namespace, record secs, peak RSS,

@@ -40,11 +40,7 @@ pub struct Expired {
 /// `pg backup` adding one, another expire); a dry run, which removes nothing, shares it.
 /// Data is freed by a prune afterwards, under its own exclusive lock.
 pub async fn expire(repo: Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<Expired> {
-    ferry_repo::lock::under(&repo, !dry_run, expire_locked(&repo, keep, dry_run)).await
-}
-
-async fn expire_locked(repo: &Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<Expired> {
-    let repo = repo.clone();
+    // Refused before the lock is taken: bad arguments say so, not "locked".
     if keep.last.is_none() && keep.days.is_none() {
         return Err(Error::Invalid(
             "say what to keep: --keep N and/or --keep-days D".into(),
@@ -55,6 +51,11 @@ async fn expire_locked(repo: &Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<E
             "--keep 0 would remove every backup; keep at least one".into(),
         ));
     }
+    ferry_repo::lock::under(&repo, !dry_run, expire_locked(&repo, keep, dry_run)).await
+}
+
+async fn expire_locked(repo: &Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<Expired> {
+    let repo = repo.clone();
     let snaps = repo.snapshots().await?;
     let all = backups(snaps);
     let now_us = chrono::Utc::now().timestamp_micros();

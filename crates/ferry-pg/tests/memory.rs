@@ -184,6 +184,11 @@ fn options(to: &Path, target: Target) -> RestoreOptions {
     }
 }
 
+/// The error of a restore expected to be refused.
+async fn restore_refused(repo: &Arc<Repo>, opts: &RestoreOptions) -> Error {
+    refused(restore(repo.clone(), opts, Arc::new(Quiet)).await)
+}
+
 /// The error of a call expected to fail.
 fn refused<T: std::fmt::Debug>(r: ferry_transfer::Result<T>) -> Error {
     r.expect_err("accepted")
@@ -200,6 +205,12 @@ fn added_settings(to: &Path) -> Vec<String> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(str::to_string)
         .collect()
+}
+
+/// The ids of the repository's snapshots, oldest first.
+async fn snapshot_ids(repo: &Repo) -> Vec<Id> {
+    let snaps = repo.snapshots().await.unwrap();
+    snaps.into_iter().map(|s| s.0).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,7 +364,7 @@ async fn restore_takes_the_newest_backup_that_reaches_the_target_and_sets_up_rec
     // Asked for by id, a backup that ends after the target is refused.
     let mut by_id = options(&scratch.0.join("by-id"), Target::Lsn(lsn));
     by_id.backup = Some(id2.hex()[..8].to_string());
-    let e = refused(restore(repo.clone(), &by_id, Arc::new(Quiet)).await);
+    let e = restore_refused(&repo, &by_id).await;
     assert!(
         matches!(&e, Error::Invalid(m) if m.contains("ends after")),
         "{e:?}"
@@ -363,32 +374,22 @@ async fn restore_takes_the_newest_backup_that_reaches_the_target_and_sets_up_rec
         .unwrap()
         .fixed_offset();
     let to = scratch.0.join("early");
-    let e = refused(
-        restore(
-            repo.clone(),
-            &options(&to, Target::Time(early, early.to_rfc3339())),
-            Arc::new(Quiet),
-        )
-        .await,
-    );
+    let e = restore_refused(
+        &repo,
+        &options(&to, Target::Time(early, early.to_rfc3339())),
+    )
+    .await;
     assert!(
         matches!(&e, Error::Invalid(m) if m.contains("no backup ends before")),
         "{e:?}"
     );
     assert!(!to.exists(), "nothing written before every check passed");
     // A target that is not empty, or an unknown action, is refused before anything else.
-    let e = refused(
-        restore(
-            repo.clone(),
-            &options(&pgdata, Target::Latest),
-            Arc::new(Quiet),
-        )
-        .await,
-    );
+    let e = restore_refused(&repo, &options(&pgdata, Target::Latest)).await;
     assert!(matches!(e, Error::AlreadyExists(_)), "{e:?}");
     let mut bad = options(&scratch.0.join("bad"), Target::Latest);
     bad.action = "explode".into();
-    let e = refused(restore(repo.clone(), &bad, Arc::new(Quiet)).await);
+    let e = restore_refused(&repo, &bad).await;
     assert!(matches!(e, Error::Invalid(_)), "{e:?}");
 }
 
@@ -404,7 +405,7 @@ async fn restore_refuses_missing_wal_and_cleans_up_after_damage() {
 
     // Segment 3 lies between the backup's start and its consistent point.
     let to = scratch.0.join("to");
-    let e = refused(restore(repo.clone(), &options(&to, Target::Latest), Arc::new(Quiet)).await);
+    let e = restore_refused(&repo, &options(&to, Target::Latest)).await;
     assert!(
         matches!(&e, Error::NotFound(m) if m.contains(seg(1, 3).as_str())),
         "{e:?}"
@@ -413,14 +414,7 @@ async fn restore_refuses_missing_wal_and_cleans_up_after_damage() {
     push(&repo, &[seg(1, 3)]).await;
     // Segment 6 is missing after it: fatal on the way to an LSN past it, a warning when
     // replaying to the end (the end is then segment 5).
-    let e = refused(
-        restore(
-            repo.clone(),
-            &options(&to, Target::Lsn(Lsn(7 * SEG))),
-            Arc::new(Quiet),
-        )
-        .await,
-    );
+    let e = restore_refused(&repo, &options(&to, Target::Lsn(Lsn(7 * SEG)))).await;
     assert!(
         matches!(&e, Error::NotFound(m) if m.contains(seg(1, 6).as_str())),
         "{e:?}"
@@ -438,14 +432,7 @@ async fn restore_refuses_missing_wal_and_cleans_up_after_damage() {
     let pack = repo.pack_path(&index.pack(loc.pack));
     assert!(store.tamper(&pack, |d| d[(loc.offset + loc.len / 2) as usize] ^= 1));
     let absent = scratch.0.join("absent");
-    let e = refused(
-        restore(
-            repo.clone(),
-            &options(&absent, Target::Latest),
-            Arc::new(Quiet),
-        )
-        .await,
-    );
+    let e = restore_refused(&repo, &options(&absent, Target::Latest)).await;
     assert!(
         matches!(&e, Error::Checksum(m) if m.contains("16384")),
         "{e:?}"
@@ -456,14 +443,7 @@ async fn restore_refuses_missing_wal_and_cleans_up_after_damage() {
     );
     let empty = scratch.0.join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let e = refused(
-        restore(
-            repo.clone(),
-            &options(&empty, Target::Latest),
-            Arc::new(Quiet),
-        )
-        .await,
-    );
+    let e = restore_refused(&repo, &options(&empty, Target::Latest)).await;
     assert!(matches!(e, Error::Checksum(_)), "{e:?}");
     assert_eq!(
         std::fs::read_dir(&empty).unwrap().count(),
@@ -544,13 +524,7 @@ async fn expire_removes_old_backups_and_only_the_wal_they_alone_need() {
     {
         assert!(archived(&n), "{n}");
     }
-    let mut left: Vec<Id> = repo
-        .snapshots()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.0)
-        .collect();
+    let mut left = snapshot_ids(&repo).await;
     left.sort();
     let mut want = vec![ids[1], ids[2], other];
     want.sort();

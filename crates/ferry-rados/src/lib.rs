@@ -35,7 +35,7 @@ pub struct Options {
     pub conf: Option<PathBuf>,
     /// Seconds an OSD or monitor operation may wait before it fails.
     pub op_timeout: u64,
-    /// Asynchronous operations in flight at most.
+    /// Asynchronous operations in flight at most (0: the store's default, 32).
     pub aio: usize,
     /// Stripe unit; unset: the default, or the object size when that is smaller.
     pub stripe_unit: Option<u64>,
@@ -50,7 +50,7 @@ impl Default for Options {
         Self {
             conf: None,
             op_timeout: 60,
-            aio: 32,
+            aio: 0,
             stripe_unit: None,
             stripe_count: None,
             object_size: None,

@@ -125,7 +125,7 @@ impl Backup {
             Some(gate)
         };
         let work = async {
-            let known = self.known(repo).await?;
+            let mut known = self.known(repo).await?;
             if speculate && !known.errs.is_empty() {
                 // Unreadable index files may be ones a finishing prune removed: the lock
                 // decides, then the index is read again under it.
@@ -142,7 +142,7 @@ impl Backup {
             let gate = match gate {
                 Some(g) => g,
                 None => {
-                    let g = lock.gate(Some(known.loaded.clone()));
+                    let g = lock.gate(Some(std::mem::take(&mut known.loaded)));
                     tokio::spawn(g.clone()); // taken now, not when first written through
                     g
                 }
@@ -190,19 +190,13 @@ impl Backup {
         known: Known,
         gate: Gate,
     ) -> Result<Outcome> {
-        if let Some(e) = known.errs.into_iter().next() {
-            return Err(Error::Permanent(format!("{e} (run ferry check)")));
-        }
+        crate::repo::whole_index(known.errs)?;
         let index = Arc::new(known.index);
         let parent = match &self.source {
             Source::Paths { paths, .. } => parent_of(known.snaps, paths),
             Source::Stream { .. } => None,
         };
-        // The parent's listings, read up front in a few parallel pack reads.
-        let trees = match parent {
-            Some(_) => known.trees.complete(repo, &index, PRELOAD_MAX).await?,
-            None => Trees::default(),
-        };
+        let trees = parent_trees(repo, &index, known.trees, parent.is_some()).await?;
         let arch = Archiver::new(repo.clone(), index, trees, progress.clone());
         arch.write_after(gate.clone());
         let tags = self.tags.clone();
@@ -232,15 +226,18 @@ impl Backup {
 /// backup): the index, refused when a file of it cannot be read, and with a parent to
 /// compare against, the parent's trees read up front in a few parallel pack reads.
 pub async fn starting_point(repo: &Repo, parent: bool) -> Result<(Arc<Index>, Trees)> {
-    let (index, _, errs) = repo.load_index().await?;
-    if let Some(e) = errs.into_iter().next() {
-        return Err(Error::Permanent(format!("{e} (run ferry check)")));
-    }
-    let trees = match parent {
-        true => Trees::preload(repo, &index, PRELOAD_MAX).await?,
-        false => Trees::default(),
-    };
+    let (index, _) = repo.index().await?;
+    let trees = parent_trees(repo, &index, Trees::default(), parent).await?;
     Ok((Arc::new(index), trees))
+}
+
+/// The trees an archiver compares against: with a parent, `cached` completed with the
+/// parent's listings, read up front in a few parallel pack reads; without one, none.
+async fn parent_trees(repo: &Repo, index: &Index, cached: Trees, parent: bool) -> Result<Trees> {
+    match parent {
+        true => cached.complete(repo, index, PRELOAD_MAX).await,
+        false => Ok(Trees::default()),
+    }
 }
 
 /// What a backup reads from the repository before it starts.

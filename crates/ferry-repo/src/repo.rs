@@ -1,7 +1,7 @@
 //! The repository on a store: the format marker, key files, and encrypted files (config,
 //! index, snapshots, locks) named by the BLAKE3 of their stored bytes.
 
-use ferry_transfer::{buffer, Engine, Error, NoProgress, Remote, Result};
+use ferry_transfer::{buffer, Error, NoProgress, Remote, Result};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -178,7 +178,7 @@ impl Repo {
             }
             Err(e) => return Err(e),
         }
-        let (key, opened_with) = files.unlock(&keys?, guess, password, &url).await?;
+        let (key, opened_with) = files.unlock(&keys?, guess, password).await?;
         if let Some(c) = &cache {
             // The cache keeps one key file, the one to try first next time: it is there
             // already, as the guess or as load_raw cached every key file it read.
@@ -241,11 +241,7 @@ impl Repo {
         which: &str,
         dir: &std::path::Path,
     ) -> Result<(std::path::PathBuf, Vec<crate::tree::Node>)> {
-        let (_, snap) = self.snapshot(which).await?;
-        let (index, _, errs) = self.load_index().await?;
-        if let Some(e) = errs.into_iter().next() {
-            return Err(Error::Permanent(format!("{e} (run ferry check)")));
-        }
+        let ((_, snap), (index, _)) = tokio::try_join!(self.snapshot(which), self.index())?;
         let mut tree = crate::load_tree(self, &index, &snap.tree).await?;
         let mut path = std::path::PathBuf::from("/");
         for comp in dir.strip_prefix("/").unwrap_or(dir).iter() {
@@ -313,11 +309,6 @@ impl Repo {
     /// The master key.
     pub fn key(&self) -> &MasterKey {
         &self.key
-    }
-
-    /// The engine moving bytes.
-    pub fn engine(&self) -> &Engine {
-        self.remote.engine()
     }
 
     /// The store and the key of `rel` in it.
@@ -430,6 +421,15 @@ impl Repo {
             .await
     }
 
+    /// The index and its files' ids, refused (naming the first) when a file of it cannot be
+    /// read: what a backup or a restore works from. `check` and `prune` report instead, through
+    /// [`Repo::load_index`].
+    pub async fn index(&self) -> Result<(Index, Vec<Id>)> {
+        let (index, loaded, errs) = self.load_index().await?;
+        whole_index(errs)?;
+        Ok((index, loaded))
+    }
+
     /// Loads every index file in parallel; returns the index and the files' ids. Damaged
     /// index files are returned as errors beside the rest.
     pub async fn load_index(&self) -> Result<(Index, Vec<Id>, Vec<Error>)> {
@@ -494,7 +494,6 @@ impl Files<'_> {
         keys: &[Id],
         guess: Option<(Id, Unwrapping)>,
         password: &[u8],
-        url: &str,
     ) -> Result<(MasterKey, Id)> {
         let mut found = None;
         if let Some((id, task)) = guess {
@@ -534,8 +533,9 @@ impl Files<'_> {
                 format!("; damaged: {}", damaged.join(", "))
             };
             Error::Denied(format!(
-                "wrong password for repository {url}, or its key files are damaged \
+                "wrong password for repository {}, or its key files are damaged \
                  ({} tried{why})",
+                self.url(),
                 keys.len()
             ))
         })
@@ -568,13 +568,21 @@ impl Files<'_> {
     }
 
     /// Ids of the files of `kind`.
-    pub async fn list_ids(&self, kind: &str) -> Result<Vec<Id>> {
+    async fn list_ids(&self, kind: &str) -> Result<Vec<Id>> {
         let prefix = join(self.root, &format!("{kind}/"));
         let objs = self.remote.list(&prefix).await?;
         Ok(objs
             .iter()
             .filter_map(|o| Id::parse(o.key.rsplit('/').next()?))
             .collect())
+    }
+}
+
+/// Refuses an index of which a file could not be read, naming the first.
+pub(crate) fn whole_index(errs: Vec<Error>) -> Result<()> {
+    match errs.into_iter().next() {
+        Some(e) => Err(Error::Permanent(format!("{e} (run ferry check)"))),
+        None => Ok(()),
     }
 }
 

@@ -25,6 +25,7 @@ use futures::StreamExt;
 use crate::blob::with_blob;
 use crate::id::Id;
 use crate::index::Index;
+use crate::lock::Lock;
 use crate::pack::BlobKind;
 use crate::repo::{Repo, READ_AHEAD};
 use crate::snapshot::Snapshot;
@@ -607,14 +608,11 @@ pub async fn restore(
     opts: &Options,
     progress: Arc<dyn crate::archiver::BackupProgress>,
 ) -> Result<Restored> {
-    let work = async {
-        let (index, _, errs) = repo.load_index().await?;
-        if let Some(e) = errs.into_iter().next() {
-            return Err(Error::Permanent(format!("{e} (run ferry check)")));
-        }
-        restore_locked(repo.clone(), Arc::new(index), snap, target, opts, progress).await
-    };
-    crate::lock::under(&repo, false, work).await
+    // The index is read while the lock is checked: a prune that holds it fails this restore.
+    let (lock, (index, _)) = Lock::acquire_then(repo.clone(), false, repo.index()).await?;
+    let r = restore_locked(repo.clone(), Arc::new(index), snap, target, opts, progress).await;
+    lock.release().await?;
+    r
 }
 
 async fn restore_locked(

@@ -70,9 +70,9 @@ async fn backup(repo: &Arc<Repo>, dir: &Path) -> Outcome {
     out
 }
 
-/// The lock files left in the store: none once an operation has returned.
-fn locks(store: &MemoryStore) -> Vec<String> {
-    let prefix = format!("{ROOT}/locks/");
+/// The keys in the store under `kind/` of the repository.
+fn keys_of(store: &MemoryStore, kind: &str) -> Vec<String> {
+    let prefix = format!("{ROOT}/{kind}/");
     store
         .keys()
         .into_iter()
@@ -80,14 +80,14 @@ fn locks(store: &MemoryStore) -> Vec<String> {
         .collect()
 }
 
+/// The lock files left in the store: none once an operation has returned.
+fn locks(store: &MemoryStore) -> Vec<String> {
+    keys_of(store, "locks")
+}
+
 /// The keys of every pack in the store.
 fn packs(store: &MemoryStore) -> Vec<String> {
-    let prefix = format!("{ROOT}/data/");
-    store
-        .keys()
-        .into_iter()
-        .filter(|k| k.starts_with(&prefix))
-        .collect()
+    keys_of(store, "data")
 }
 
 /// Where the file `plain` (one chunk: at most the repository's smallest chunk) is stored:
@@ -201,6 +201,12 @@ async fn restore_all(
     .await
 }
 
+/// The ids of the repository's snapshots, oldest first.
+async fn snapshot_ids(repo: &Repo) -> Vec<Id> {
+    let snaps = repo.snapshots().await.unwrap();
+    snaps.into_iter().map(|s| s.0).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_opens_with_its_password_only() {
     let (store, repo) = new_repo().await;
@@ -307,13 +313,7 @@ async fn backup_restores_exactly_and_the_next_one_reads_only_changes() {
         listing_id(&repo, &third.id, &src).await,
         listing_id(&repo, &second.id, &src).await
     );
-    let snaps: Vec<Id> = repo
-        .snapshots()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.0)
-        .collect();
+    let snaps = snapshot_ids(&repo).await;
     assert_eq!(snaps, [first.id, second.id, third.id], "oldest first");
 
     // The latest snapshot restores the change; the first one's restore kept the original.
@@ -349,13 +349,7 @@ async fn forget_then_prune_frees_what_no_kept_snapshot_uses() {
     };
     let f = forget::forget(repo.clone(), &policy).await.unwrap();
     assert_eq!((f.kept, f.removed), (vec![second.id], vec![first.id]));
-    let left: Vec<Id> = repo
-        .snapshots()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.0)
-        .collect();
+    let left = snapshot_ids(&repo).await;
     assert_eq!(left, [second.id]);
     // Forget removes snapshots only: the data waits for prune.
     assert_eq!(packs(&store), packs_before);

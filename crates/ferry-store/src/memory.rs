@@ -1,12 +1,14 @@
 //! A store held in memory: for tests of the libraries above the engine, which then run in
 //! seconds with no disk, server or network, and for looking at (or damaging) what they wrote.
 //!
-//! It keeps [`crate::local::LocalStore`]'s semantics, the strictest of the backends: keys are
-//! `/`-separated paths, a key cannot be both an object and a "directory" of others, every
+//! It keeps [`crate::local::LocalStore`]'s semantics where the libraries depend on them: keys
+//! are `/`-separated paths, a key cannot be both an object and a "directory" of others, every
 //! write is atomic (a block session's object appears whole at completion, an aborted one
 //! leaves nothing), a missing object is [`Error::NotFound`], a listing is recursive under a
 //! path prefix and sorted by key, and deleting a missing object succeeds. Like S3 and Azure,
-//! a completed session is made of exactly the blocks it names, in that order.
+//! a completed session is made of exactly the blocks it names, in that order. Where a key
+//! names a "directory", it answers as object stores do (a head is NotFound, a delete does
+//! nothing), not as the disk's EISDIR.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -304,7 +306,8 @@ impl Store for MemoryStore {
             .sessions
             .get(&up.id)
             .ok_or_else(|| Error::NotFound(format!("memory: no upload {} of {}", up.id, up.key)))?;
-        let mut data = BytesMut::new();
+        let size = session.blocks.values().map(|(_, b)| b.len()).sum();
+        let mut data = BytesMut::with_capacity(size);
         for b in &blocks {
             let block =
                 b.0.parse::<usize>()

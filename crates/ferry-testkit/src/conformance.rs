@@ -2,7 +2,7 @@
 //! the one-node Ceph (RADOS), each from its own crate's tests.
 
 use bytes::Bytes;
-use ferry_store::{Error, Meta, Store};
+use ferry_store::{Error, Meta, Store, META_BLOCKS};
 
 use crate::random_bytes;
 
@@ -10,7 +10,7 @@ use crate::random_bytes;
 /// and deletes, all under the prefix `dir` (which must hold nothing else).
 pub async fn suite(store: &dyn Store, dir: &str) {
     let k = |name: &str| format!("{dir}/{name}");
-    let meta = Meta::from([("ferry_blocks".to_string(), "5242880".to_string())]);
+    let meta = Meta::from([(META_BLOCKS.to_string(), "5242880".to_string())]);
 
     // Whole puts, ranged gets, heads with metadata.
     let small = Bytes::from(random_bytes(1000, 1));

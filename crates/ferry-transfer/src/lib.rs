@@ -23,7 +23,7 @@ use ferry_store::Store;
 
 /// What the libraries above the engine need of the store layer's types; the store itself they
 /// reach only through a [`Remote`].
-pub use ferry_store::{buffer, Error, Meta, ObjectInfo, Result};
+pub use ferry_store::{buffer, Error, ObjectInfo, Result};
 
 pub use plan::BlockPlan;
 pub use remote::Remote;
@@ -149,15 +149,32 @@ impl Engine {
         }
     }
 
-    /// Runs one small request (a HEAD, a header read, a listing) in `class`, with the
-    /// engine's retries, so that it waits its turn and survives a transient fault like a block.
-    pub(crate) async fn request<T, F, Fut>(&self, class: Class, what: &str, op: F) -> Result<T>
+    /// Runs one request of about `bytes` (a HEAD, a ranged read, a listing: 0 when unknown)
+    /// in `class`, with the engine's retries, so that it waits its turn and survives a
+    /// transient fault like a block.
+    pub(crate) async fn request<T, F, Fut>(
+        &self,
+        class: Class,
+        what: &str,
+        bytes: u64,
+        op: F,
+    ) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
         let _slot = self.sched.slot(class).await;
-        self.retry(what, 0, op).await
+        self.retry(what, bytes, op).await
+    }
+
+    /// Runs one request in `class` once: for a call that is not safe to repeat.
+    pub(crate) async fn request_once<T>(
+        &self,
+        class: Class,
+        op: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let _slot = self.sched.slot(class).await;
+        op.await
     }
 
     async fn retry<T, F, Fut>(&self, what: &str, bytes: u64, op: F) -> Result<T>

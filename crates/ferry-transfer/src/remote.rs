@@ -9,7 +9,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use ferry_store::{Meta, ObjectInfo, Result};
+use ferry_store::{ObjectInfo, Result};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::{Class, Engine, Progress, SharedStore};
@@ -42,16 +42,6 @@ impl Remote {
         }
     }
 
-    /// The class this remote's calls run in.
-    pub fn class(&self) -> Class {
-        self.class
-    }
-
-    /// The engine the calls go through.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// Where the store points, for messages.
     pub fn url(&self) -> String {
         self.store.url()
@@ -64,60 +54,48 @@ impl Remote {
 
     /// Size, etag and metadata of one object.
     pub async fn head(&self, key: &str) -> Result<ObjectInfo> {
-        self.engine
-            .request(self.class, &format!("head {key}"), || self.store.head(key))
-            .await
+        let what = format!("head {key}");
+        let op = || self.store.head(key);
+        self.engine.request(self.class, &what, 0, op).await
     }
 
     /// A whole small object in one request (config, key, index, lock files).
     pub async fn get(&self, key: &str) -> Result<Bytes> {
-        self.engine
-            .request(self.class, &format!("read {key}"), || self.store.get(key))
-            .await
+        let what = format!("read {key}");
+        let op = || self.store.get(key);
+        self.engine.request(self.class, &what, 0, op).await
     }
 
-    /// `range` of an object, in one request.
+    /// `range` of an object, in one request; its bytes count towards the tuner's rate, and
+    /// the retry policy allows for its length.
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.engine
-            .request(self.class, &format!("read {key}"), || {
-                self.store.get_range(key, range.clone())
-            })
-            .await
+        let (what, len) = (format!("read {key}"), range.end - range.start);
+        let op = || self.store.get_range(key, range.clone());
+        let got = self.engine.request(self.class, &what, len, op).await?;
+        self.engine.scheduler().record(len);
+        Ok(got)
     }
 
     /// Every object under `prefix`, recursively, sorted by key.
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.engine
-            .request(self.class, &format!("list {prefix}"), || {
-                self.store.list(prefix)
-            })
-            .await
+        let what = format!("list {prefix}");
+        let op = || self.store.list(prefix);
+        self.engine.request(self.class, &what, 0, op).await
     }
 
     /// Deletes an object; a missing one is not an error.
     pub async fn delete(&self, key: &str) -> Result<()> {
-        self.engine
-            .request(self.class, &format!("delete {key}"), || {
-                self.store.delete(key)
-            })
-            .await
+        let what = format!("delete {key}");
+        let op = || self.store.delete(key);
+        self.engine.request(self.class, &what, 0, op).await
     }
 
-    /// Writes a small object in one request, with `meta`.
-    pub async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()> {
-        self.engine
-            .request(self.class, &format!("write {key}"), || {
-                self.store.put(key, data.clone(), meta)
-            })
-            .await
-    }
-
-    /// Creates the bucket, container or directory the store points at.
+    /// Creates the bucket, container or directory the store points at. Tried once: after an
+    /// answer lost on the way, a second try would say "already exists" of what the first
+    /// made.
     pub async fn create_root(&self) -> Result<()> {
-        let what = format!("create {}", self.store.url());
-        self.engine
-            .request(self.class, &what, || self.store.create_root())
-            .await
+        let op = self.store.create_root();
+        self.engine.request_once(self.class, op).await
     }
 
     /// Writes `data`, already in memory, to `key` in blocks sent in parallel.

@@ -201,7 +201,11 @@ async fn tick(sched: Weak<Scheduler>) {
         every.tick().await;
         let Some(s) = sched.upgrade() else { return };
         let wire = ferry_store::flow::moved();
-        let done = s.done.load(Ordering::Relaxed);
+        // Read together: the request size the tuner derives is done / finished.
+        let (done, finished) = (
+            s.done.load(Ordering::Relaxed),
+            s.finished.load(Ordering::Relaxed),
+        );
         let block = s.block.load(Ordering::Relaxed);
         let grew = {
             let mut slots = s.slots.lock().unwrap();
@@ -210,7 +214,7 @@ async fn tick(sched: Weak<Scheduler>) {
                 done,
                 in_flight: slots.in_flight,
                 waiting: slots.urgent.len() + slots.bulk.len(),
-                finished: s.finished.load(Ordering::Relaxed),
+                finished,
                 block,
             };
             slots.tuner.tick(r, Instant::now())

@@ -271,14 +271,20 @@ impl Tuner {
         }
         let fill = (rate * BLOCK_TIME / block as f64).ceil() as usize;
         let to = fill.min(self.down(rate)).max(self.floor).max(self.min);
-        if to >= self.limit || self.limit <= self.floor.max(self.min) {
+        if to >= self.limit {
             return false;
         }
         self.base = Some((rate, self.limit));
-        self.probe = Some(Probe::Down);
+        self.open(Probe::Down);
         self.shortcut = true;
         self.set(to);
         true
+    }
+
+    /// Opens `probe`: the windows without waiters are counted from here.
+    fn open(&mut self, probe: Probe) {
+        self.probe = Some(probe);
+        self.idle = 0;
     }
 
     fn set(&mut self, limit: usize) {
@@ -291,7 +297,7 @@ impl Tuner {
         self.limit + self.limit / 2 + 1
     }
 
-    /// A step down: a quarter, or straight to the knee, when the best rate one request has
+    /// A step down: an eighth, or straight to the knee, when the best rate one request has
     /// carried says the link is full with fewer (a link that dropped to a quarter is seen in
     /// one step, not in five).
     fn down(&self, rate: f64) -> usize {
@@ -306,7 +312,7 @@ impl Tuner {
     fn evaluate(&mut self, rate: f64) {
         let Some((base_rate, base_limit)) = self.base else {
             self.base = Some((rate, self.limit));
-            self.probe = Some(Probe::Up);
+            self.open(Probe::Up);
             self.set(self.up());
             return;
         };
@@ -317,7 +323,7 @@ impl Tuner {
                 let grew = rate / base_rate.max(1.0);
                 let added = self.limit as f64 / base_limit.max(1) as f64;
                 self.base = Some((rate, self.limit));
-                self.probe = Some(Probe::Up);
+                self.open(Probe::Up);
                 let to = if grew >= 1.0 + (added - 1.0) * STEEP {
                     self.limit * 2
                 } else {
@@ -329,7 +335,7 @@ impl Tuner {
                 // Fewer requests carried as much as the best before the descent: go on down.
                 self.shortcut = false;
                 self.base = Some((base_rate.max(rate), self.limit));
-                self.probe = Some(Probe::Down);
+                self.open(Probe::Down);
                 self.set(self.down(rate));
             }
             Some(Probe::Down) if rate >= base_rate * KEEP => {
@@ -369,7 +375,7 @@ impl Tuner {
                     } else {
                         (Probe::Up, self.up())
                     };
-                    self.probe = Some(probe);
+                    self.open(probe);
                     self.set(to);
                 }
             }

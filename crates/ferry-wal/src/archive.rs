@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use ferry_transfer::{Class, Engine, NoProgress, Remote};
+use ferry_transfer::{Class, NoProgress, Remote};
 use ferry_transfer::{Error, ObjectInfo, Result};
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
@@ -71,13 +71,9 @@ pub struct Archive {
 
 impl Archive {
     /// The archive under `root` (a key prefix, possibly empty) of `store`; WAL is compressed
-    /// with zstd at `level` (0: not compressed).
-    pub fn new(store: Remote, root: &str, level: i32) -> Arc<Self> {
-        Self::with_key(store, root, level, None)
-    }
-
-    /// Like [`Archive::new`]; with `key`, every file pushed is encrypted, and fetches decrypt
-    /// (plaintext objects, archived before the repository was encrypted, are still read).
+    /// with zstd at `level` (0: not compressed). With `key`, every file pushed is encrypted,
+    /// and fetches decrypt (plaintext objects, archived before the repository was encrypted,
+    /// are still read).
     pub fn with_key(store: Remote, root: &str, level: i32, key: Option<WalKey>) -> Arc<Self> {
         Arc::new(Self {
             // PostgreSQL waits on every WAL call (archive_command, restore_command): they go
@@ -114,11 +110,6 @@ impl Archive {
         } else {
             format!("{base}/{}", self.root)
         }
-    }
-
-    /// The engine the archive moves bytes with.
-    pub fn engine(&self) -> &Engine {
-        self.store.engine()
     }
 
     async fn read_all(&self, key: &str) -> Result<Vec<u8>> {
@@ -225,14 +216,16 @@ impl Archive {
             sealed.map_err(|e| Error::Permanent(format!("compress: {e}")))??;
         match existing {
             // The header speaks only for itself: before PostgreSQL is told the file is safe
-            // (and recycles it), the stored copy is read back and checked whole. A second
-            // push of one file is rare (a retry, a crash); a damaged copy is replaced.
+            // (and recycles it), the stored copy is read back and checked whole against that
+            // header, which matches this content. A second push of one file is rare (a retry,
+            // a crash); a damaged copy is replaced.
             Ok(h) if h.same_content(&header) => match self.fetch(name).await {
-                Ok(stored) if stored == data => return Ok(Pushed::AlreadyArchived(header)),
-                Ok(_) => return Err(self.differs(name)),
+                Ok(_) => return Ok(Pushed::AlreadyArchived(header)),
                 Err(Error::Checksum(why)) => {
                     tracing::warn!("{name}: the archived copy is damaged ({why}); replacing it");
                 }
+                // Gone since it was looked at: stored again below.
+                Err(Error::NotFound(_)) => {}
                 Err(e) => return Err(e),
             },
             // Plaintext in an encrypted archive: fetch refuses it, so it is replaced by this

@@ -1,7 +1,5 @@
 //! What every command runs with.
 
-use ferry_transfer::Engine;
-
 use crate::cli::Global;
 use crate::output::Output;
 use crate::places::Stores;
@@ -18,11 +16,6 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// The engine every store of this process goes through.
-    pub fn engine(&self) -> &Engine {
-        self.stores.engine()
-    }
-
     /// The flags, the stores and the output at once, for a handler that needs all three.
     pub fn parts(&mut self) -> (&Global, &mut Stores, &Output) {
         (&self.global, &mut self.stores, &self.out)

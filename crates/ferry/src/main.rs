@@ -13,7 +13,6 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Parser;
-use ferry_transfer::Engine;
 
 use cli::{Cli, Command};
 use ctx::Ctx;
@@ -42,15 +41,10 @@ fn init_logging(verbose: u8, agent: bool) {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let settings = Settings::load(&cli.global)?;
-    let engine = Engine::new(settings.engine.clone());
     let mut ctx = Ctx {
         global: cli.global.clone(),
-        stores: Stores::new(settings, engine),
-        out: Output {
-            json: cli.global.json,
-            progress: !cli.global.quiet && !cli.global.json,
-        },
+        stores: Stores::new(Settings::load(&cli.global)?),
+        out: Output::new(&cli.global),
     };
     let ctx = &mut ctx;
     match &cli.command {

@@ -18,6 +18,14 @@ pub struct Output {
 }
 
 impl Output {
+    /// As the global flags say: `--json` prints JSON and no bar, `--quiet` no bar.
+    pub fn new(g: &crate::cli::Global) -> Self {
+        Self {
+            json: g.json,
+            progress: !g.quiet && !g.json,
+        }
+    }
+
     /// Prints the closing summary: JSON with `--json`, one line on a terminal, else nothing.
     pub fn summary(&self, r: &Report, started: Instant, failed: u64) -> Result<()> {
         let secs = started.elapsed().as_secs_f64();

@@ -48,10 +48,11 @@ pub struct Stores {
 }
 
 impl Stores {
-    pub fn new(settings: Settings, engine: Engine) -> Self {
+    /// Stores opened with `settings`, seen through one engine made from them.
+    pub fn new(settings: Settings) -> Self {
         Self {
+            engine: Engine::new(settings.engine.clone()),
             settings,
-            engine,
             cache: HashMap::new(),
         }
     }
@@ -151,7 +152,7 @@ fn rados(pool: &str, r: &Rados) -> Result<SharedStore> {
     let opts = ferry_rados::Options {
         conf: r.conf.clone(),
         op_timeout: r.op_timeout.as_secs().max(1),
-        aio: r.aio.unwrap_or(ferry_rados::Options::default().aio),
+        aio: r.aio.unwrap_or(0),
         stripe_unit: r.stripe_unit,
         stripe_count: r.stripe_count,
         object_size: r.object_size,

@@ -60,12 +60,12 @@ pub struct Rados {
 /// `restore_command` PostgreSQL runs gets it as `flag`. Made once, from the flags and
 /// variables this process was given, so that the two never list different things.
 #[derive(Clone)]
-pub struct Pass {
-    pub flag: &'static str,
-    pub env: &'static str,
-    pub value: String,
+struct Pass {
+    flag: &'static str,
+    env: &'static str,
+    value: String,
     /// Never on a command line, which every user can read: only in the environment.
-    pub secret: bool,
+    secret: bool,
 }
 
 impl std::fmt::Debug for Pass {
@@ -98,7 +98,7 @@ struct AzureFile {
 /// The `[wal]` table of `ferry.toml`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WalFile {
+struct WalFile {
     #[serde(rename = "async")]
     async_: Option<bool>,
     spool: Option<PathBuf>,
@@ -189,7 +189,8 @@ pub struct Settings {
     pass: Vec<Pass>,
 }
 
-fn load_file(explicit: Option<&Path>) -> Result<File> {
+/// The config file and where it was read from (none found: the defaults).
+fn load_file(explicit: Option<&Path>) -> Result<(File, Option<PathBuf>)> {
     let candidates: Vec<PathBuf> = match explicit {
         Some(p) => vec![p.to_path_buf()],
         None => {
@@ -203,8 +204,9 @@ fn load_file(explicit: Option<&Path>) -> Result<File> {
     for path in candidates {
         match std::fs::read_to_string(&path) {
             Ok(text) => {
-                return toml::from_str(&text)
-                    .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message()))
+                let file = toml::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message()))?;
+                return Ok((file, Some(path)));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => continue,
             // A command run as another user (archive_command under setpriv, say) may inherit
@@ -216,7 +218,7 @@ fn load_file(explicit: Option<&Path>) -> Result<File> {
             Err(e) => bail!("config {}: {e}", path.display()),
         }
     }
-    Ok(File::default())
+    Ok((File::default(), None))
 }
 
 /// Parses `8MiB`, `8M` (binary), `8MB` (decimal) or a plain byte count
@@ -248,14 +250,16 @@ type Field = (&'static str, &'static str, fn(&Global) -> Option<String>);
 
 /// Every setting of [`Global`] a child ferry needs, paths made absolute (a child may run
 /// elsewhere: PostgreSQL runs restore_command in the data directory). The password's source,
-/// not the password: `FERRY_PASSWORD` is inherited as it is.
+/// not the password: `FERRY_PASSWORD` is inherited as it is, and a password command only
+/// when no password file overrides it (as `password.rs` reads them).
 const FIELDS: &[Field] = &[
-    ("--config", "FERRY_CONFIG", |g| path(&g.config)),
     ("--password-file", "FERRY_PASSWORD_FILE", |g| {
         path(&g.password_file)
     }),
     ("--password-command", "FERRY_PASSWORD_COMMAND", |g| {
-        g.password_command.clone()
+        g.password_command
+            .clone()
+            .filter(|_| g.password_file.is_none())
     }),
     ("--concurrency", "FERRY_CONCURRENCY", |g| {
         text(g.concurrency)
@@ -293,8 +297,9 @@ fn text(n: Option<impl ToString>) -> Option<String> {
     n.map(|n| n.to_string())
 }
 
-/// What a child ferry must be told of `g` and the resolved repository.
-fn passed(g: &Global, repo: Option<&str>) -> Vec<Pass> {
+/// What a child ferry must be told of `g`, the resolved repository and the config file read
+/// (found in the working directory or HOME, it must be named: a child may run elsewhere).
+fn passed(g: &Global, repo: Option<&str>, config: Option<&Path>) -> Vec<Pass> {
     let pass = |flag, env, value: Option<String>, secret| {
         value.map(|value| Pass {
             flag,
@@ -310,6 +315,7 @@ fn passed(g: &Global, repo: Option<&str>) -> Vec<Pass> {
     let mut v: Vec<Pass> = pass("--repo", "FERRY_REPO", repo, false)
         .into_iter()
         .collect();
+    v.extend(pass("--config", "FERRY_CONFIG", config.map(abs), false));
     v.extend(
         FIELDS
             .iter()
@@ -327,7 +333,7 @@ fn passed(g: &Global, repo: Option<&str>) -> Vec<Pass> {
 
 impl Settings {
     pub fn load(g: &Global) -> Result<Self> {
-        let file = load_file(g.config.as_deref())?;
+        let (file, file_path) = load_file(g.config.as_deref())?;
         let size = |flag: &Option<String>, file: &Option<String>| -> Result<Option<u64>> {
             flag.as_ref()
                 .or(file.as_ref())
@@ -395,7 +401,7 @@ impl Settings {
             engine,
             s3,
             azure,
-            pass: passed(g, repo.as_deref()),
+            pass: passed(g, repo.as_deref(), file_path.as_deref()),
             repo,
             rados,
             wal_file: file.wal,
@@ -486,5 +492,37 @@ mod tests {
         assert_eq!(parse_size("8MB").unwrap(), 8_000_000);
         let e = parse_size("8 parsecs").unwrap_err().to_string();
         assert!(e.contains("bad size '8 parsecs'"), "{e}");
+    }
+
+    #[test]
+    fn a_password_file_hides_the_password_command_and_a_found_config_is_named() {
+        let cli = Cli::parse_from([
+            "ferry",
+            "--password-file",
+            "/run/pw",
+            "--password-command",
+            "echo $X",
+            "ls",
+            "/tmp",
+        ]);
+        let mut g = cli.global.clone();
+        g.config = None;
+        let dir = std::env::temp_dir().join(format!("ferry-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("ferry.toml");
+        std::fs::write(&conf, "retries = 3\n").unwrap();
+        let pass = super::passed(&g, None, Some(&conf));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let envs: Vec<_> = pass.iter().map(|p| (p.env, p.value.as_str())).collect();
+        assert!(
+            envs.contains(&("FERRY_PASSWORD_FILE", "/run/pw")),
+            "{envs:?}"
+        );
+        assert!(
+            !envs.iter().any(|e| e.0 == "FERRY_PASSWORD_COMMAND"),
+            "{envs:?}"
+        );
+        let conf = conf.display().to_string();
+        assert!(envs.contains(&("FERRY_CONFIG", conf.as_str())), "{envs:?}");
     }
 }

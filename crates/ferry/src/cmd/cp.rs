@@ -26,8 +26,8 @@ struct Job {
 }
 
 pub async fn run(args: &CpArgs, ctx: &mut Ctx) -> Result<()> {
-    let engine = ctx.engine().clone();
     let (_, stores, out) = ctx.parts();
+    let engine = stores.engine().clone();
     let (dst_raw, srcs) = args.paths.split_last().expect("clap requires two paths");
     let dst = stores.open(dst_raw)?;
     let many = srcs.len() > 1 || args.recursive;

@@ -10,8 +10,8 @@ use ferry_repo::Id;
 use crate::cli::{Global, KeyCmd};
 use crate::cmd::repo::open;
 use crate::ctx::Ctx;
+use crate::output::Output;
 use crate::password::password;
-use crate::Output;
 
 pub async fn run(cmd: &KeyCmd, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();

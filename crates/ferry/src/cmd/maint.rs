@@ -6,7 +6,7 @@ use ferry_repo::forget::Policy;
 use crate::cli::{CheckArgs, ForgetArgs};
 use crate::cmd::repo::{open, open_uncached};
 use crate::ctx::Ctx;
-use crate::Output;
+use crate::output::Output;
 
 pub async fn check(args: &CheckArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();

@@ -97,12 +97,14 @@ fn target(a: &PgRestoreArgs) -> Result<Target> {
     })
 }
 
-/// A word for a shell command line, in double quotes.
+/// A word for a shell command line, in double quotes, with `%` doubled: PostgreSQL replaces
+/// `%f`, `%p`, `%r` in restore_command and reads `%%` as `%` (and refuses any other `%x`
+/// from version 16).
 fn sh(word: &str) -> Result<String> {
     if word.contains(['"', '$', '`', '\\', '\n', '\'']) {
         bail!("'{word}' cannot go into restore_command: it holds quotes, $, ` or \\");
     }
-    Ok(format!("\"{word}\""))
+    Ok(format!("\"{}\"", word.replace('%', "%%")))
 }
 
 /// `ferry wal-fetch` with the repository, credentials' sources and store settings this
@@ -321,8 +323,7 @@ mod tests {
             "backups",
         ]);
         let settings = Settings::load(&cli.global).unwrap();
-        let engine = ferry_transfer::Engine::new(settings.engine.clone());
-        let stores = Stores::new(settings, engine);
+        let stores = Stores::new(settings);
         let cmd = super::restore_command(&stores).unwrap();
         for want in [
             r#"--repo "s3://bucket/prefix""#,
@@ -337,5 +338,11 @@ mod tests {
         // A secret never goes on a command line (postgresql.auto.conf, ps).
         assert!(!cmd.contains("SECRETKEY"), "{cmd}");
         assert!(!cmd.contains("azure"), "{cmd}");
+    }
+
+    #[test]
+    fn restore_command_doubles_percent_signs() {
+        // PostgreSQL would read "%d" as an unknown escape (refused from version 16).
+        assert_eq!(super::sh("/srv/100%done").unwrap(), "\"/srv/100%%done\"");
     }
 }

@@ -21,11 +21,11 @@ use ferry_wal::{status, Archive, Pushed, Spool, WalKey, WalName};
 use crate::cli::{Global, WalAgentArgs, WalArgs, WalFetchArgs, WalPushArgs, WalStatusArgs};
 use crate::cmd::repo::repo_place;
 use crate::ctx::Ctx;
+use crate::output::Output;
 use crate::password::password;
 use crate::places::{Place, Stores};
 use crate::settings::Settings;
 use crate::settings::Wal;
-use crate::Output;
 
 /// An agent with nothing to do lingers this long, so that the next segments find it warm.
 const AGENT_IDLE: Duration = Duration::from_secs(30);
@@ -91,10 +91,6 @@ fn agent_env(settings: &Settings, w: &WalArgs) -> Vec<(&'static str, String)> {
             v.push((k, val));
         }
     };
-    put(
-        "FERRY_WAL_SPOOL",
-        w.spool.as_ref().map(|p| p.display().to_string()),
-    );
     put("FERRY_WAL_PREFETCH", w.prefetch.map(|p| p.to_string()));
     put(
         "FERRY_WAL_COMPRESS_LEVEL",
