@@ -12,7 +12,7 @@ use bytes::Bytes;
 use ferry_store::{ObjectInfo, Result};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::{Class, Engine, Progress, SharedStore};
+use crate::{Class, Engine, NoProgress, Progress, SharedStore};
 
 /// A store whose every call goes through an [`Engine`], in one [`Class`].
 #[derive(Debug, Clone)]
@@ -117,6 +117,17 @@ impl Remote {
             .await
     }
 
+    /// A whole object into memory, refused before a byte is read when the store says it is
+    /// larger than `max`; blocks fetched in parallel and checked as [`Remote::download`] does.
+    pub async fn read(&self, key: &str, max: u64) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        let (store, class) = (&self.store, self.class);
+        self.engine
+            .download(store, key, &mut out, class, &NoProgress, max)
+            .await?;
+        Ok(out)
+    }
+
     /// Writes object `key` to `writer` in order, blocks fetched ahead in parallel, checked
     /// against the store's digest when it vouches for one.
     pub async fn download<W: AsyncWrite + Unpin>(
@@ -126,7 +137,7 @@ impl Remote {
         progress: &dyn Progress,
     ) -> Result<u64> {
         self.engine
-            .download(&self.store, key, writer, self.class, progress)
+            .download(&self.store, key, writer, self.class, progress, u64::MAX)
             .await
     }
 

@@ -198,7 +198,8 @@ impl Engine {
     }
 
     /// Writes object `key` to `writer` in order, fetching blocks ahead in parallel; the content
-    /// is checked against the store's digest at the end, when the store vouches for one.
+    /// is checked against the store's digest at the end, when the store vouches for one. An
+    /// object the store says is larger than `max` is refused before a byte of it is read.
     pub(crate) async fn download<W: AsyncWrite + Unpin>(
         &self,
         src: &SharedStore,
@@ -206,10 +207,17 @@ impl Engine {
         mut writer: W,
         class: Class,
         progress: &dyn Progress,
+        max: u64,
     ) -> Result<u64> {
         let info = self
             .retry(&format!("head {key}"), 0, || src.head(key))
             .await?;
+        if info.size > max {
+            return Err(Error::Checksum(format!(
+                "{key}: {} bytes, more than the {max} it can hold (damaged or planted)",
+                info.size
+            )));
+        }
         progress.add_total(info.size);
         let any = ferry_store::Limits {
             min_block: 1,

@@ -112,10 +112,10 @@ impl Archive {
         }
     }
 
+    /// A whole object, refused unread when the store says it is larger than any WAL file
+    /// can be stored as (a hostile store must not make a fetch allocate what it claims).
     async fn read_all(&self, key: &str) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        self.store.download(key, &mut out, &NoProgress).await?;
-        Ok(out)
+        self.store.read(key, envelope::MAX_OBJECT).await
     }
 
     /// Writes `value` as JSON to `wal/rel`.

@@ -35,6 +35,11 @@ const TAG_LEN: usize = 16;
 /// Larger than any WAL file PostgreSQL writes (segments are at most 1 GiB): a header that
 /// claims more is corrupt, and must not make a fetch allocate it.
 const MAX_LEN: u64 = 1 << 30;
+/// The largest object a WAL file can be stored as: [`MAX_LEN`] with zstd's worst case
+/// (a few bytes per 128 KiB block) and the envelope around it. A larger object is refused
+/// before a byte of it is read.
+pub const MAX_OBJECT: u64 =
+    HEADER_LEN as u64 + NONCE_LEN as u64 + TAG_LEN as u64 + MAX_LEN + MAX_LEN / 128 + (1 << 20);
 /// The context under which a repository derives the WAL archive's secret from its master key
 /// (`MasterKey::subkey`); docs/wal.md names it. Changing it orphans every encrypted segment.
 pub const KEY_CONTEXT: &str = "ferry wal v1";

@@ -331,3 +331,29 @@ async fn an_encrypted_archive_refuses_what_it_cannot_authenticate() {
     );
     assert_eq!(a.fetch(&n2).await.unwrap(), segment(&n2, SYSTEM_ID, 2));
 }
+
+/// An object the store says is larger than any WAL file can be stored as is refused before a
+/// byte of it is read: a hostile store cannot make a fetch (or a second push, which reads the
+/// archived copy back) allocate what it claims. A push then replaces it.
+#[tokio::test]
+async fn an_oversized_object_is_refused_unread() {
+    let store = Arc::new(MemoryStore::new());
+    let a = archive(&store, None);
+    let n = name("000000010000000000000009");
+    // Zeroed pages the allocator maps lazily: the test costs no real memory.
+    let huge = Bytes::from(vec![0u8; ferry_wal::envelope::MAX_OBJECT as usize + 1]);
+    store
+        .put(&object_key(&n), huge, &Meta::new())
+        .await
+        .unwrap();
+    let got = a.fetch(&n).await;
+    assert!(
+        matches!(&got, Err(Error::Checksum(m)) if m.contains("more than")),
+        "{:?}",
+        got.as_ref().map(Vec::len)
+    );
+    let seg = segment(&n, SYSTEM_ID, 9);
+    let pushed = a.push(&n, seg.clone()).await.unwrap();
+    assert!(matches!(pushed, Pushed::Stored { .. }), "{pushed:?}");
+    assert_eq!(a.fetch(&n).await.unwrap(), seg);
+}
