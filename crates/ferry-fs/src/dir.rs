@@ -368,12 +368,7 @@ impl Dir {
     /// `to`. A failed rename removes the temp file (the outer error). A file whose metadata
     /// could not be set still takes its name, and the inner error says why.
     pub fn finish(
-        &self,
-        file: &File,
-        name: &CStr,
-        to: &[u8],
-        m: &Meta,
-        owner: bool,
+        &self, file: &File, name: &CStr, to: &[u8], m: &Meta, owner: bool,
     ) -> io::Result<io::Result<()>> {
         let meta = set_meta_fd(file.as_raw_fd(), m, owner);
         if let Err(e) = self.rename(name, to) {
@@ -387,11 +382,7 @@ impl Dir {
     /// `mode` (and `owner`'s ids when given), renamed over whatever `name` was, and the
     /// directory fsynced. Nothing there is written through or followed.
     pub fn write_file(
-        &self,
-        name: &[u8],
-        data: &[u8],
-        mode: u32,
-        owner: Option<(u32, u32)>,
+        &self, name: &[u8], data: &[u8], mode: u32, owner: Option<(u32, u32)>,
     ) -> io::Result<()> {
         use std::io::Write;
         let mut t = self.create_temp()?;
@@ -515,12 +506,7 @@ impl Dir {
     /// Makes the special file `name` with its metadata (made under a random name, mode 0600,
     /// set up through an `O_PATH` descriptor checked to be the node just made, then renamed).
     pub fn special(
-        &self,
-        name: &[u8],
-        kind: Special,
-        rdev: u64,
-        m: &Meta,
-        owner: bool,
+        &self, name: &[u8], kind: Special, rdev: u64, m: &Meta, owner: bool,
     ) -> io::Result<()> {
         let fmt = match kind {
             Special::Fifo => libc::S_IFIFO,

@@ -125,18 +125,14 @@ async fn wait_archived(c: &Client, repo: &Repo, name: &str) -> Result<()> {
 
 /// Backs up the cluster `opts.conninfo` reaches into `repo`, holding a shared lock.
 pub async fn backup(
-    repo: Arc<Repo>,
-    opts: &BackupOptions,
-    progress: Arc<dyn BackupProgress>,
+    repo: Arc<Repo>, opts: &BackupOptions, progress: Arc<dyn BackupProgress>,
 ) -> Result<Done> {
     let work = backup_locked(repo.clone(), opts, progress);
     ferry_repo::lock::under(&repo, false, work).await
 }
 
 async fn backup_locked(
-    repo: Arc<Repo>,
-    opts: &BackupOptions,
-    progress: Arc<dyn BackupProgress>,
+    repo: Arc<Repo>, opts: &BackupOptions, progress: Arc<dyn BackupProgress>,
 ) -> Result<Done> {
     let c = connect(&opts.conninfo).await?;
     let r = c

@@ -17,6 +17,7 @@ pub mod restore;
 pub mod target;
 pub mod tls;
 pub mod verify;
+pub mod walaccess;
 pub mod walview;
 
 pub use lsn::Lsn;

@@ -182,9 +182,7 @@ const MAX_CONF: u64 = 64 << 20;
 
 /// Restores into `opts.to`.
 pub async fn restore(
-    repo: Arc<Repo>,
-    opts: &RestoreOptions,
-    progress: Arc<dyn BackupProgress>,
+    repo: Arc<Repo>, opts: &RestoreOptions, progress: Arc<dyn BackupProgress>,
 ) -> Result<Restored> {
     if !is_empty_dir(&opts.to)? {
         return Err(Error::AlreadyExists(format!(

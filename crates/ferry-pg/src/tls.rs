@@ -241,12 +241,8 @@ struct Verifier {
 
 impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
+        &self, end_entity: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>, ocsp: &[u8], now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
         let Some(chain) = &self.chain else {
             return Ok(ServerCertVerified::assertion());
@@ -260,20 +256,14 @@ impl ServerCertVerifier for Verifier {
     }
 
     fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
+        &self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
         let algs = &self.provider.signature_verification_algorithms;
         verify_tls12_signature(message, cert, dss, algs)
     }
 
     fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
+        &self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
         let algs = &self.provider.signature_verification_algorithms;
         verify_tls13_signature(message, cert, dss, algs)

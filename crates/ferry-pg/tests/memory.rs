@@ -13,6 +13,7 @@ use ferry_pg::layout::{PgLayout, BLOCK};
 use ferry_pg::record::TAG;
 use ferry_pg::restore::{restore, RestoreOptions};
 use ferry_pg::verify::verify;
+use ferry_pg::walaccess::WalAccess;
 use ferry_pg::walview::{self, WalView};
 use ferry_pg::{Lsn, PgBackup, Target};
 use ferry_repo::archiver::{Archiver, Quiet};
@@ -21,7 +22,7 @@ use ferry_store::memory::MemoryStore;
 use ferry_store::Store;
 use ferry_testkit::random_bytes;
 use ferry_transfer::{Class, Engine, EngineConfig, Error};
-use ferry_wal::{Gap, WalName};
+use ferry_wal::{Archive, Gap, WalName};
 
 /// The smallest segment size PostgreSQL allows.
 const SEG: u64 = 1 << 20;
@@ -599,4 +600,34 @@ async fn verify_reports_missing_wal_holes_and_damage() {
         "{:?}",
         v.errors
     );
+}
+
+#[tokio::test]
+async fn wal_access_asks_for_a_password_only_for_sealed_files_and_refuses_planted_plaintext() {
+    let (store, repo) = new_repo().await;
+    let (a, b) = (seg(1, 1), seg(1, 2));
+    push(&repo, std::slice::from_ref(&a)).await;
+    let remote = repo.remote().clone();
+    let access = WalAccess::new(remote.clone(), ROOT, 0);
+    assert!(access.is_repository().await.unwrap());
+    let never = || -> ferry_transfer::Result<Vec<u8>> { panic!("no password is needed here") };
+    // Missing: NotFound, and no password asked for.
+    let e = access.for_fetch(&b, never).await.err().unwrap();
+    assert!(matches!(e, Error::NotFound(_)), "{e}");
+    // Sealed: the password opens the repository, the file is read back whole.
+    let sealed = access.for_fetch(&a, || Ok(b"pw".to_vec())).await.unwrap();
+    assert_eq!(sealed.fetch(&a).await.unwrap(), segment(&a));
+    // A wrong password is refused.
+    let e = access
+        .for_fetch(&a, || Ok(b"nope".to_vec()))
+        .await
+        .err()
+        .unwrap();
+    assert!(!matches!(e, Error::NotFound(_)), "{e}");
+    // A plaintext file planted beside the sealed ones is refused, without a password.
+    let plain = Archive::with_key(remote, ROOT, 0, None);
+    plain.push(&b, segment(&b)).await.unwrap();
+    assert!(store.keys().contains(&wal_key(&b)));
+    let e = access.for_fetch(&b, never).await.err().unwrap();
+    assert!(e.to_string().contains("unencrypted"), "{e}");
 }

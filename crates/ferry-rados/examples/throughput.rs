@@ -24,8 +24,7 @@ async fn main() -> ferry_store::Result<()> {
     // The example is a program of its own: its environment is its settings.
     let cfg = ferry_rados::Config {
         conf: std::env::var_os("CEPH_CONF").map(Into::into),
-        op_timeout: 60,
-        aio: 0,
+        ..Default::default()
     };
     let s = ferry_rados::RadosStore::with(pool, cfg, ferry_rados::Layout::default())?;
     let block = s.layout().set_size();

@@ -54,9 +54,7 @@ impl<K: Send + 'static> Aio<K> {
     /// Starts an operation: `submit` gets the completion and returns librados' submit code.
     /// `keep` (whose heap memory `submit` may point librados at) lives until completion.
     pub fn start(
-        what: &str,
-        keep: K,
-        submit: impl FnOnce(ffi::rados_completion_t) -> c_int,
+        what: &str, keep: K, submit: impl FnOnce(ffi::rados_completion_t) -> c_int,
     ) -> Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {

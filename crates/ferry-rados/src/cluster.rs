@@ -3,25 +3,11 @@
 use std::ffi::CString;
 use std::io;
 use std::os::raw::c_int;
-use std::path::PathBuf;
 use std::ptr;
 
 use ferry_store::{Error, Result};
 
-use crate::ffi;
-
-/// Where the cluster is and how long an operation may wait.
-#[derive(Debug, Clone, Default)]
-pub struct Config {
-    /// `ceph.conf`; unset: librados' own search (`CEPH_CONF`, /etc/ceph/ceph.conf, ...).
-    pub conf: Option<PathBuf>,
-    /// Seconds an OSD or monitor operation may wait before it fails with ETIMEDOUT. Without
-    /// a bound librados waits forever for a stopped OSD, and a backup would hang instead of
-    /// failing.
-    pub op_timeout: u64,
-    /// Asynchronous operations in flight at most (0: the default, 32).
-    pub aio: usize,
-}
+use crate::{ffi, Config};
 
 /// A librados return code as a store error, classified by errno.
 pub fn check(rc: c_int, what: impl std::fmt::Display) -> Result<c_int> {

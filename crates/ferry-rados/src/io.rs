@@ -201,10 +201,7 @@ impl Pool {
     /// the old object or the new one. The object is created, then removed, then written, so
     /// that xattrs of an older object (its metadata, a striper lock record) do not survive.
     pub async fn replace(
-        &self,
-        oid: &str,
-        data: &[u8],
-        xattrs: &[(String, Vec<u8>)],
+        &self, oid: &str, data: &[u8], xattrs: &[(String, Vec<u8>)],
     ) -> Result<()> {
         let o = cstr(oid)?;
         let what = format!("rados write {oid}");

@@ -20,23 +20,40 @@ mod store;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-#[cfg(librados)]
-pub use cluster::Config;
 pub use layout::Layout;
 #[cfg(librados)]
 pub use store::RadosStore;
 
+/// Where the cluster is and how long an operation may wait.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `ceph.conf`; unset: librados' own search (`CEPH_CONF`, /etc/ceph/ceph.conf, ...).
+    pub conf: Option<PathBuf>,
+    /// Seconds an OSD or monitor operation may wait before it fails with ETIMEDOUT. Without
+    /// a bound librados waits forever for a stopped OSD, and a backup would hang instead of
+    /// failing.
+    pub op_timeout: u64,
+    /// Asynchronous operations in flight at most (0: the default, 32).
+    pub aio: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            conf: None,
+            op_timeout: 60,
+            aio: 0,
+        }
+    }
+}
+
 /// How to reach the cluster and how to lay objects out: the program's settings (flags,
 /// its environment, its config file) resolved by the caller; this crate reads no variable
 /// of its own (librados still reads `CEPH_ARGS`, as every Ceph tool does).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// `ceph.conf`; unset: librados' own search (`CEPH_CONF`, /etc/ceph/ceph.conf, ...).
-    pub conf: Option<PathBuf>,
-    /// Seconds an OSD or monitor operation may wait before it fails.
-    pub op_timeout: u64,
-    /// Asynchronous operations in flight at most (0: the store's default, 32).
-    pub aio: usize,
+    /// The cluster and its timeouts.
+    pub cluster: Config,
     /// Stripe unit; unset: the default, or the object size when that is smaller.
     pub stripe_unit: Option<u64>,
     /// Stripe count; unset: the default.
@@ -45,29 +62,15 @@ pub struct Options {
     pub object_size: Option<u64>,
 }
 
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            conf: None,
-            op_timeout: 60,
-            aio: 0,
-            stripe_unit: None,
-            stripe_count: None,
-            object_size: None,
-        }
-    }
-}
-
 /// A store on `pool` with `opts`; it connects on first use.
 #[cfg(librados)]
 pub fn open(pool: &str, opts: &Options) -> ferry_store::Result<Arc<dyn ferry_store::Store>> {
     let layout = Layout::with_sizes(opts.stripe_unit, opts.stripe_count, opts.object_size)?;
-    let cfg = Config {
-        conf: opts.conf.clone(),
-        op_timeout: opts.op_timeout,
-        aio: opts.aio,
-    };
-    Ok(Arc::new(RadosStore::with(pool, cfg, layout)?))
+    Ok(Arc::new(RadosStore::with(
+        pool,
+        opts.cluster.clone(),
+        layout,
+    )?))
 }
 
 /// Without librados at build time there is nothing to connect with.

@@ -20,9 +20,10 @@ use ferry_store::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::{OnceCell, Semaphore};
 
-use crate::cluster::{Cluster, Config};
+use crate::cluster::Cluster;
 use crate::io::Pool;
 use crate::layout::{piece, Layout, FIRST_SUFFIX};
+use crate::Config;
 
 /// Operations in flight per store unless `FERRY_RADOS_AIO` says otherwise.
 const DEFAULT_AIO: usize = 32;
@@ -392,18 +393,11 @@ impl Store for RadosStore {
         let id = format!("{:016x}", rand::random::<u64>());
         let p = Arc::new(Pending::new(key, self.layout, meta));
         lock(&self.uploads).insert(id.clone(), p);
-        Ok(Upload {
-            key: key.into(),
-            id,
-        })
+        Ok(Upload::new(key, id))
     }
 
     async fn put_block(
-        &self,
-        up: &Upload,
-        idx: usize,
-        offset: u64,
-        data: Bytes,
+        &self, up: &Upload, idx: usize, offset: u64, data: Bytes,
     ) -> Result<BlockId> {
         let p = self.pending(up)?;
         self.write_range(&p, offset, data).await?;
@@ -411,10 +405,7 @@ impl Store for RadosStore {
     }
 
     async fn complete_upload(
-        &self,
-        up: &Upload,
-        _blocks: Vec<BlockId>,
-        meta: &Meta,
+        &self, up: &Upload, _blocks: Vec<BlockId>, meta: &Meta,
     ) -> Result<Option<String>> {
         let p = self.pending(up)?;
         let size = self.publish(&p, meta).await?;

@@ -12,8 +12,7 @@ const K: u64 = 64 << 10;
 fn store(c: &Ceph, layout: Layout) -> RadosStore {
     let cfg = Config {
         conf: Some(c.conf.clone().into()),
-        op_timeout: 60,
-        aio: 0,
+        ..Default::default()
     };
     RadosStore::with(&c.pool, cfg, layout).unwrap()
 }

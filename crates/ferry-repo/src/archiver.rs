@@ -87,10 +87,7 @@ fn compress_into(plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
 /// The sealed blob for `plain`: a flag byte saying whether zstd was used (only where it
 /// pays), then the bytes, sealed; handed to `f` while it lies in this thread's scratch.
 fn seal_blob<R>(
-    key: &MasterKey,
-    kind: BlobKind,
-    plain: &[u8],
-    f: impl FnOnce(&[u8]) -> R,
+    key: &MasterKey, kind: BlobKind, plain: &[u8], f: impl FnOnce(&[u8]) -> R,
 ) -> Result<R> {
     SCRATCH.with(|s| {
         let (packed, sealed) = &mut *s.borrow_mut();
@@ -188,9 +185,7 @@ impl Archiver {
     /// A backup into `repo`, deduplicating against `index`.
     /// `trees` serves the parent snapshot's directory listings (preloaded, or read on demand).
     pub fn new(
-        repo: Arc<Repo>,
-        index: Arc<Index>,
-        trees: crate::blob::Trees,
+        repo: Arc<Repo>, index: Arc<Index>, trees: crate::blob::Trees,
         progress: Arc<dyn BackupProgress>,
     ) -> Arc<Self> {
         Self::with_policy(repo, index, trees, progress, Arc::new(Everything))
@@ -198,11 +193,8 @@ impl Archiver {
 
     /// Like [`Archiver::new`], with what to take and how to cut it chosen by `policy`.
     pub fn with_policy(
-        repo: Arc<Repo>,
-        index: Arc<Index>,
-        trees: crate::blob::Trees,
-        progress: Arc<dyn BackupProgress>,
-        policy: Arc<dyn Policy>,
+        repo: Arc<Repo>, index: Arc<Index>, trees: crate::blob::Trees,
+        progress: Arc<dyn BackupProgress>, policy: Arc<dyn Policy>,
     ) -> Arc<Self> {
         let room = data_pack_room(&repo.config);
         Arc::new(Self {
@@ -435,9 +427,7 @@ impl Archiver {
 
     /// Backs up one entry at `path`, given the same entry in the parent snapshot.
     fn save_entry(
-        self: &Arc<Self>,
-        path: PathBuf,
-        old: Option<Node>,
+        self: &Arc<Self>, path: PathBuf, old: Option<Node>,
     ) -> BoxFuture<'static, Option<Node>> {
         let name = path
             .file_name()
@@ -451,10 +441,7 @@ impl Archiver {
     /// changed safely before the parent began, and still in the index (a prune that ran
     /// before this backup's lock may have removed a forgotten parent's chunks).
     fn reusable<'a>(
-        &self,
-        node: &Node,
-        old: Option<&'a Node>,
-        trust_before: i64,
+        &self, node: &Node, old: Option<&'a Node>, trust_before: i64,
     ) -> Option<&'a Node> {
         old.filter(|o| {
             node.unchanged_since(o)
@@ -494,8 +481,7 @@ impl Archiver {
     /// Reads a run of small changed files in one blocking task: one task per 4 KiB file
     /// cost more in thread wake-ups than in reading (perf: a sixth of a first backup).
     fn save_small(
-        self: &Arc<Self>,
-        files: Vec<(PathBuf, Node)>,
+        self: &Arc<Self>, files: Vec<(PathBuf, Node)>,
     ) -> BoxFuture<'static, Vec<Option<Node>>> {
         let me = self.clone();
         async move {
@@ -530,10 +516,7 @@ impl Archiver {
 
     /// Backs up the entry at `path` whose metadata was read as `node`.
     fn save_node(
-        self: &Arc<Self>,
-        path: PathBuf,
-        node: std::io::Result<Node>,
-        old: Option<Node>,
+        self: &Arc<Self>, path: PathBuf, node: std::io::Result<Node>, old: Option<Node>,
     ) -> BoxFuture<'static, Option<Node>> {
         let me = self.clone();
         async move {
@@ -590,9 +573,7 @@ impl Archiver {
 
     /// Backs up a directory's entries; returns its tree's id.
     fn save_dir(
-        self: &Arc<Self>,
-        path: PathBuf,
-        old: Option<(Id, Tree)>,
+        self: &Arc<Self>, path: PathBuf, old: Option<(Id, Tree)>,
     ) -> BoxFuture<'static, Result<Id>> {
         let me = self.clone();
         async move {
@@ -680,10 +661,7 @@ impl Archiver {
     /// The nodes for `rels` under `base`: whole entries where a rel is one component, the
     /// intermediate directories (metadata only) otherwise.
     fn save_paths(
-        self: &Arc<Self>,
-        base: PathBuf,
-        rels: Vec<PathBuf>,
-        old: Option<(Id, Tree)>,
+        self: &Arc<Self>, base: PathBuf, rels: Vec<PathBuf>, old: Option<(Id, Tree)>,
     ) -> BoxFuture<'static, Result<Id>> {
         let me = self.clone();
         async move {
@@ -724,10 +702,7 @@ impl Archiver {
 
     /// Backs up `paths` (absolute); `parent` is the snapshot to compare against.
     pub async fn backup_paths(
-        self: &Arc<Self>,
-        paths: &[PathBuf],
-        parent: Option<(Id, Snapshot)>,
-        tags: Vec<String>,
+        self: &Arc<Self>, paths: &[PathBuf], parent: Option<(Id, Snapshot)>, tags: Vec<String>,
     ) -> Result<Outcome> {
         let rels: Vec<PathBuf> = paths
             .iter()
@@ -765,10 +740,7 @@ impl Archiver {
 
     /// Backs up a stream as one file called `name`.
     pub async fn backup_stream<R: Read + Send + 'static>(
-        self: &Arc<Self>,
-        reader: R,
-        name: &str,
-        tags: Vec<String>,
+        self: &Arc<Self>, reader: R, name: &str, tags: Vec<String>,
     ) -> Result<Outcome> {
         // Checked before a byte is read: a restore would refuse the name anyway.
         ferry_fs::check_name(name.as_bytes())
@@ -829,11 +801,7 @@ impl Archiver {
     /// Uploads what is left, indexes it, and writes the snapshot of `root`: the last step,
     /// so that a snapshot never names data the repository lacks.
     pub async fn commit(
-        self: &Arc<Self>,
-        root: Id,
-        paths: Vec<String>,
-        parent: Option<Id>,
-        tags: Vec<String>,
+        self: &Arc<Self>, root: Id, paths: Vec<String>, parent: Option<Id>, tags: Vec<String>,
         extra: Option<serde_json::Value>,
     ) -> Result<Outcome> {
         let (data, tree) = {

@@ -87,9 +87,7 @@ impl Backup {
 
     /// Runs the backup into `repo` under a shared lock; returns the new snapshot.
     pub async fn run(
-        mut self,
-        repo: &Arc<Repo>,
-        progress: Arc<dyn BackupProgress>,
+        mut self, repo: &Arc<Repo>, progress: Arc<dyn BackupProgress>,
     ) -> Result<Outcome> {
         let started = Instant::now();
         // The index is first read while the lock is being taken. If a prune changed it in
@@ -110,10 +108,7 @@ impl Backup {
 
     /// One try: `None` when the index changed while the lock was being taken.
     async fn attempt(
-        &mut self,
-        repo: &Arc<Repo>,
-        progress: &Arc<dyn BackupProgress>,
-        speculate: bool,
+        &mut self, repo: &Arc<Repo>, progress: &Arc<dyn BackupProgress>, speculate: bool,
         started: Instant,
     ) -> Result<Option<Outcome>> {
         let mut lock = BackupLock::start(repo, speculate);
@@ -184,11 +179,7 @@ impl Backup {
     }
 
     async fn save(
-        &mut self,
-        repo: &Arc<Repo>,
-        progress: &Arc<dyn BackupProgress>,
-        known: Known,
-        gate: Gate,
+        &mut self, repo: &Arc<Repo>, progress: &Arc<dyn BackupProgress>, known: Known, gate: Gate,
     ) -> Result<Outcome> {
         crate::repo::whole_index(known.errs)?;
         let index = Arc::new(known.index);

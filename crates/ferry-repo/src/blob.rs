@@ -87,11 +87,7 @@ pub fn unpack<'a>(body: &'a [u8], scratch: &'a mut Vec<u8>, what: &str) -> Resul
 
 /// The plaintext of a sealed blob of `kind`, checked against `id`.
 pub fn open_blob(
-    key: &MasterKey,
-    kind: BlobKind,
-    sealed: &[u8],
-    id: &Id,
-    what: &str,
+    key: &MasterKey, kind: BlobKind, sealed: &[u8], id: &Id, what: &str,
 ) -> Result<Vec<u8>> {
     with_blob(key, kind, sealed, id, what, <[u8]>::to_vec)
 }
@@ -100,12 +96,7 @@ pub fn open_blob(
 /// in reused buffers: a restore opens a blob per chunk, and fresh multi-MiB buffers cost a
 /// page fault and a zeroed page per 4 KiB.
 pub fn with_blob<R>(
-    key: &MasterKey,
-    kind: BlobKind,
-    sealed: &[u8],
-    id: &Id,
-    what: &str,
-    f: impl FnOnce(&[u8]) -> R,
+    key: &MasterKey, kind: BlobKind, sealed: &[u8], id: &Id, what: &str, f: impl FnOnce(&[u8]) -> R,
 ) -> Result<R> {
     let mut body = ferry_transfer::buffer::with_capacity(sealed.len());
     let mut unpacked = Vec::new();
@@ -164,11 +155,7 @@ pub const PRELOAD_MAX: u64 = 256 << 20;
 /// Decrypts and parses the trees `blobs` (id, offset, length) of a pack whose bytes from
 /// `start` on are `body`, on all cores: one pack can hold every tree of a backup.
 async fn decode_trees(
-    repo: &Repo,
-    pack: Id,
-    body: Vec<u8>,
-    start: u64,
-    blobs: Vec<(Id, u32, u32)>,
+    repo: &Repo, pack: Id, body: Vec<u8>, start: u64, blobs: Vec<(Id, u32, u32)>,
 ) -> Result<Vec<(Id, Tree)>> {
     let body = std::sync::Arc::new(body);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());

@@ -20,10 +20,7 @@ const STRIDE: u64 = 32 << 20;
 /// Reads `[start, end)` of `f` (to the end of the file when `end` is `None`) in `block`-byte
 /// pieces, handing each to `store`; the ids in order and the bytes read.
 fn cut_range(
-    f: &File,
-    start: u64,
-    end: Option<u64>,
-    block: usize,
+    f: &File, start: u64, end: Option<u64>, block: usize,
     store: &(dyn Fn(&[u8]) -> Result<Id> + Sync),
 ) -> Cut {
     let mut buf = vec![0u8; block];
@@ -57,10 +54,7 @@ fn cut_range(
 /// order and the bytes read. Beyond [`STRIDE`], ranges go to as many threads as there are
 /// cores; the last range reads on to the end of the file, as a lone reader would.
 pub fn cut(
-    f: &File,
-    size: u64,
-    block: u32,
-    store: &(dyn Fn(&[u8]) -> Result<Id> + Sync),
+    f: &File, size: u64, block: u32, store: &(dyn Fn(&[u8]) -> Result<Id> + Sync),
     what: &dyn std::fmt::Display,
 ) -> Result<(Vec<Id>, u64)> {
     let io = |e| Error::io(what, e);

@@ -60,9 +60,7 @@ pub async fn snapshots(repo: &Repo, errors: &mut Vec<String>) -> Result<Vec<(Id,
 /// Walks the trees of `snaps`: every blob they use, and a description of each problem with
 /// the snapshot and path it hurts.
 pub async fn used_blobs(
-    repo: &Repo,
-    index: &Index,
-    snaps: &[(Id, Snapshot)],
+    repo: &Repo, index: &Index, snaps: &[(Id, Snapshot)],
 ) -> (HashSet<Id>, Vec<String>) {
     let cache = crate::blob::Trees::preload(repo, index, crate::blob::PRELOAD_MAX)
         .await

@@ -196,11 +196,7 @@ impl MasterKey {
     /// a caller that reuses `out` allocates nothing per call. The error says what the piece
     /// really is when it opens as another kind, or as format 1 in a format 2 repository.
     pub fn open_into(
-        &self,
-        kind: Kind,
-        sealed: &[u8],
-        out: &mut Vec<u8>,
-        what: &str,
+        &self, kind: Kind, sealed: &[u8], out: &mut Vec<u8>, what: &str,
     ) -> Result<()> {
         if self.try_open(kind, self.scope.as_ref(), sealed, out) {
             return Ok(());

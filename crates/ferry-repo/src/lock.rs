@@ -100,9 +100,7 @@ fn describe(l: &LockInfo) -> String {
 /// whatever `work` returned. The operations that read or change the repository call it
 /// themselves, so that no caller has to remember to.
 pub async fn under<T>(
-    repo: &Arc<Repo>,
-    exclusive: bool,
-    work: impl std::future::Future<Output = Result<T>>,
+    repo: &Arc<Repo>, exclusive: bool, work: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
     let lock = Lock::acquire(repo.clone(), exclusive).await?;
     let res = work.await;
@@ -122,9 +120,7 @@ impl Lock {
     /// guards from then on (a prune that began earlier is a conflict, one that begins later
     /// sees this lock).
     pub async fn acquire_then<T>(
-        repo: Arc<Repo>,
-        exclusive: bool,
-        then: impl std::future::Future<Output = Result<T>>,
+        repo: Arc<Repo>, exclusive: bool, then: impl std::future::Future<Output = Result<T>>,
     ) -> Result<(Lock, T)> {
         let conflict = |o: &[LockInfo]| -> Option<String> {
             o.iter()

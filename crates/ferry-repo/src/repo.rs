@@ -142,10 +142,7 @@ impl Repo {
     /// that opened the repository last time (from the cache) is unwrapped, since Argon2 takes
     /// as long as a few round trips.
     pub async fn open(
-        remote: Remote,
-        root: &str,
-        password: &[u8],
-        cache: Option<Cache>,
+        remote: Remote, root: &str, password: &[u8], cache: Option<Cache>,
     ) -> Result<Repo> {
         let root = root.trim_matches('/').to_string();
         let url = show(&remote, &root);
@@ -237,9 +234,7 @@ impl Repo {
     /// The entries of directory `dir` (absolute, or relative to the snapshot's root) in the
     /// snapshot `which` names, with the directory's path.
     pub async fn list_dir(
-        &self,
-        which: &str,
-        dir: &std::path::Path,
+        &self, which: &str, dir: &std::path::Path,
     ) -> Result<(std::path::PathBuf, Vec<crate::tree::Node>)> {
         let ((_, snap), (index, _)) = tokio::try_join!(self.snapshot(which), self.index())?;
         let mut tree = crate::load_tree(self, &index, &snap.tree).await?;
@@ -490,10 +485,7 @@ impl Files<'_> {
     /// `guess` is already unwrapping (the key file that opened the repository last time),
     /// then each in turn. A damaged key file does not keep another one from opening.
     async fn unlock(
-        &self,
-        keys: &[Id],
-        guess: Option<(Id, Unwrapping)>,
-        password: &[u8],
+        &self, keys: &[Id], guess: Option<(Id, Unwrapping)>, password: &[u8],
     ) -> Result<(MasterKey, Id)> {
         let mut found = None;
         if let Some((id, task)) = guess {

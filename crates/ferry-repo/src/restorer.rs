@@ -155,13 +155,8 @@ struct Walked {
 /// Every entry of the snapshot under `include` (all when empty) that `select` selects, and
 /// the directories above them, parents before children.
 async fn walk(
-    repo: &Repo,
-    index: &Index,
-    trees: &crate::blob::Trees,
-    root: Id,
-    include: &[PathBuf],
-    select: &Select,
-    delete: bool,
+    repo: &Repo, index: &Index, trees: &crate::blob::Trees, root: Id, include: &[PathBuf],
+    select: &Select, delete: bool,
 ) -> Result<Walked> {
     let wanted = |rel: &Path| {
         include.is_empty()
@@ -298,12 +293,8 @@ fn leave(dir: &Dir, it: &Item, how: Overwrite, owner: bool, special: bool) -> bo
 /// the restore), removes what the snapshot's tree does not name, but for what an exclude
 /// pattern matches. Returns how many entries went, and what could not be removed.
 fn delete_extra(
-    places: &Places,
-    items: &[Item],
-    selected: &[bool],
-    known: &HashMap<PathBuf, HashSet<Vec<u8>>>,
-    include: &[PathBuf],
-    select: &Select,
+    places: &Places, items: &[Item], selected: &[bool], known: &HashMap<PathBuf, HashSet<Vec<u8>>>,
+    include: &[PathBuf], select: &Select,
 ) -> (u64, Vec<String>) {
     let within = |rel: &Path| include.is_empty() || include.iter().any(|i| rel.starts_with(i));
     let mut dirs: Vec<(&Dir, &Path)> = Vec::new();
@@ -518,8 +509,7 @@ impl Writer {
 /// The reads that fetch every blob wanted, in pack order, neighbours within
 /// [`COALESCE_GAP`] merged into one ranged read of at most [`MAX_READ`].
 fn coalesce(
-    mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Targets)>>,
-    index: &Index,
+    mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Targets)>>, index: &Index,
 ) -> Vec<Read> {
     let mut packs: Vec<u32> = by_pack.keys().copied().collect();
     packs.sort_unstable();
@@ -561,9 +551,7 @@ fn coalesce(
 /// own; returns the files whose content is not in place (with why) and the metadata that
 /// could not be set.
 async fn fetch_and_write(
-    repo: &Arc<Repo>,
-    reads: Vec<Read>,
-    writer: Arc<Writer>,
+    repo: &Arc<Repo>, reads: Vec<Read>, writer: Arc<Writer>,
 ) -> Result<(Vec<(usize, String)>, Vec<String>)> {
     // Decrypting, decompressing and writing is CPU work: one read at a time per core. More
     // would only hold more plaintext buffers at once; reads keep arriving meanwhile.
@@ -602,10 +590,7 @@ async fn fetch_and_write(
 /// delete packs while they are read) under which the index is read. Entries the snapshot
 /// names badly are refused, each reported; the rest is restored.
 pub async fn restore(
-    repo: Arc<Repo>,
-    snap: &Snapshot,
-    target: &Path,
-    opts: &Options,
+    repo: Arc<Repo>, snap: &Snapshot, target: &Path, opts: &Options,
     progress: Arc<dyn crate::archiver::BackupProgress>,
 ) -> Result<Restored> {
     // The index is read while the lock is checked: a prune that holds it fails this restore.
@@ -616,11 +601,7 @@ pub async fn restore(
 }
 
 async fn restore_locked(
-    repo: Arc<Repo>,
-    index: Arc<Index>,
-    snap: &Snapshot,
-    target: &Path,
-    opts: &Options,
+    repo: Arc<Repo>, index: Arc<Index>, snap: &Snapshot, target: &Path, opts: &Options,
     progress: Arc<dyn crate::archiver::BackupProgress>,
 ) -> Result<Restored> {
     // 1. What to restore: the snapshot's trees walked into entries, bounded by memory.
@@ -710,11 +691,7 @@ struct Plan {
 /// which blobs of which packs it is made of, or why it cannot be restored. Returns the plan,
 /// the blobs wanted per pack, and which files are made whole by their one blob.
 fn lay_out(
-    walked: Walked,
-    root: Dir,
-    index: &Index,
-    opts: &Options,
-    out: &mut Restored,
+    walked: Walked, root: Dir, index: &Index, opts: &Options, out: &mut Restored,
 ) -> (Plan, ByPack, Vec<bool>) {
     let Walked {
         items,
@@ -831,11 +808,7 @@ fn lay_out(
 /// names on all cores; then links, special files, `--delete`, and directories' metadata,
 /// deepest first.
 async fn finish(
-    plan: Plan,
-    whole: &[bool],
-    opts: &Options,
-    include: &[PathBuf],
-    out: &mut Restored,
+    plan: Plan, whole: &[bool], opts: &Options, include: &[PathBuf], out: &mut Restored,
 ) -> Result<()> {
     let (items, places, damaged, left) = (plan.items, plan.places, plan.damaged, plan.left);
     let (others, hardlinks, owner) = (plan.others, plan.hardlinks, plan.owner);

@@ -46,9 +46,7 @@ pub(crate) fn node(path: &Path, name: &std::ffi::OsStr) -> std::io::Result<Node>
 /// The node for `path` whose metadata is `m`; without xattrs for files, which
 /// [`Archiver::save_node`] takes from the parent when the file is unchanged.
 pub(crate) fn node_of(
-    m: &fs::Metadata,
-    path: &Path,
-    name: &std::ffi::OsStr,
+    m: &fs::Metadata, path: &Path, name: &std::ffi::OsStr,
 ) -> std::io::Result<Node> {
     let ft = m.file_type();
     let kind = if ft.is_file() {

@@ -187,9 +187,7 @@ const FILES: u64 = 5;
 
 /// Restores the whole of `snap` into `target` with the default options.
 async fn restore_all(
-    repo: &Arc<Repo>,
-    snap: &Snapshot,
-    target: &Path,
+    repo: &Arc<Repo>, snap: &Snapshot, target: &Path,
 ) -> ferry_transfer::Result<restorer::Restored> {
     restorer::restore(
         repo.clone(),

@@ -244,18 +244,11 @@ impl Store for CloudStore {
                     .await?
             }
         };
-        Ok(Upload {
-            key: key.into(),
-            id,
-        })
+        Ok(Upload::new(key, id))
     }
 
     async fn put_block(
-        &self,
-        up: &Upload,
-        idx: usize,
-        _offset: u64,
-        data: Bytes,
+        &self, up: &Upload, idx: usize, _offset: u64, data: Bytes,
     ) -> Result<BlockId> {
         match &self.flavor {
             Flavor::Azure(w) => w.put_block(up, idx, data).await,
@@ -270,10 +263,7 @@ impl Store for CloudStore {
     }
 
     async fn complete_upload(
-        &self,
-        up: &Upload,
-        blocks: Vec<BlockId>,
-        meta: &Meta,
+        &self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta,
     ) -> Result<Option<String>> {
         match &self.flavor {
             Flavor::Azure(w) => w.put_block_list(up, &blocks, meta).await.map(|()| None),

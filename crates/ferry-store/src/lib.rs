@@ -100,6 +100,16 @@ pub struct Upload {
     pub id: String,
 }
 
+impl Upload {
+    /// A session for `key` under the backend's `id`.
+    pub fn new(key: impl Into<String>, id: String) -> Upload {
+        Upload {
+            key: key.into(),
+            id,
+        }
+    }
+}
+
 /// Receipt for one stored block, handed back at completion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockId(pub String);
@@ -153,10 +163,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// takes it at completion. Returns the digest the store computed for what it assembled,
     /// when it tells (S3's ETag), so that the caller can check it without another request.
     async fn complete_upload(
-        &self,
-        up: &Upload,
-        blocks: Vec<BlockId>,
-        meta: &Meta,
+        &self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta,
     ) -> Result<Option<String>>;
     /// Discards a session and every block written to it.
     async fn abort_upload(&self, up: &Upload) -> Result<()>;

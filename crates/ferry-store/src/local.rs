@@ -264,20 +264,13 @@ impl Store for LocalStore {
             prepare_parent(&me, &dst)?;
             let tmp = Self::temp_for(&dst);
             me.create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
-            Ok(Upload {
-                key,
-                id: tmp.to_string_lossy().into_owned(),
-            })
+            Ok(Upload::new(key, tmp.to_string_lossy().into_owned()))
         })
         .await
     }
 
     async fn put_block(
-        &self,
-        up: &Upload,
-        idx: usize,
-        offset: u64,
-        data: Bytes,
+        &self, up: &Upload, idx: usize, offset: u64, data: Bytes,
     ) -> Result<BlockId> {
         let tmp = PathBuf::from(&up.id);
         blocking(move || {
@@ -293,10 +286,7 @@ impl Store for LocalStore {
     }
 
     async fn complete_upload(
-        &self,
-        up: &Upload,
-        _blocks: Vec<BlockId>,
-        _meta: &Meta,
+        &self, up: &Upload, _blocks: Vec<BlockId>, _meta: &Meta,
     ) -> Result<Option<String>> {
         let (tmp, dst) = (PathBuf::from(&up.id), self.path(&up.key));
         blocking(move || publish(&tmp, &dst)).await?;

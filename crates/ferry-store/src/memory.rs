@@ -272,18 +272,11 @@ impl Store for MemoryStore {
                 blocks: BTreeMap::new(),
             },
         );
-        Ok(Upload {
-            key: key.to_string(),
-            id,
-        })
+        Ok(Upload::new(key, id))
     }
 
     async fn put_block(
-        &self,
-        up: &Upload,
-        idx: usize,
-        offset: u64,
-        data: Bytes,
+        &self, up: &Upload, idx: usize, offset: u64, data: Bytes,
     ) -> Result<BlockId> {
         let mut inner = self.lock();
         let session = inner
@@ -296,10 +289,7 @@ impl Store for MemoryStore {
     }
 
     async fn complete_upload(
-        &self,
-        up: &Upload,
-        blocks: Vec<BlockId>,
-        meta: &Meta,
+        &self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta,
     ) -> Result<Option<String>> {
         let mut inner = self.lock();
         let session = inner

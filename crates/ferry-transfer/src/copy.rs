@@ -10,9 +10,7 @@ use crate::{sum_of, BlockPlan, Class, Engine, Progress, SharedStore, ABORT_TIMEO
 
 /// The digest an object's reader can check, if the source vouches for one under `plan`.
 pub(crate) fn expected_digest(
-    src: &SharedStore,
-    info: &ObjectInfo,
-    plan: BlockPlan,
+    src: &SharedStore, info: &ObjectInfo, plan: BlockPlan,
 ) -> Option<String> {
     let digest = src.digest(info)?;
     let written_with = BlockPlan::recorded(info);
@@ -33,12 +31,7 @@ impl Engine {
     /// Copies `src_key` of `src` to `dst_key` of `dst`. The destination appears whole, checked,
     /// or not at all.
     pub(crate) async fn copy(
-        &self,
-        src: &SharedStore,
-        src_key: &str,
-        dst: &SharedStore,
-        dst_key: &str,
-        class: Class,
+        &self, src: &SharedStore, src_key: &str, dst: &SharedStore, dst_key: &str, class: Class,
         progress: &dyn Progress,
     ) -> Result<u64> {
         let info = self
@@ -112,15 +105,8 @@ impl Engine {
     /// then commits it, checked against `expect`, the digest of `src_name`; aborts on failure.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn upload_blocks<F, Fut, G>(
-        &self,
-        dst: &SharedStore,
-        dst_key: &str,
-        plan: BlockPlan,
-        size: u64,
-        expect: Option<&str>,
-        src_name: &str,
-        progress: &dyn Progress,
-        block: F,
+        &self, dst: &SharedStore, dst_key: &str, plan: BlockPlan, size: u64, expect: Option<&str>,
+        src_name: &str, progress: &dyn Progress, block: F,
     ) -> Result<()>
     where
         F: Fn(usize, u64, u64) -> Fut,
@@ -168,14 +154,8 @@ impl Engine {
     /// and that the source digest holds, then checks what the store made.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn commit(
-        &self,
-        dst: &SharedStore,
-        up: &Upload,
-        parts: Vec<(BlockId, BlockSum)>,
-        plan: BlockPlan,
-        size: u64,
-        expect: Option<&str>,
-        src_name: &str,
+        &self, dst: &SharedStore, up: &Upload, parts: Vec<(BlockId, BlockSum)>, plan: BlockPlan,
+        size: u64, expect: Option<&str>, src_name: &str,
     ) -> Result<()> {
         let want = plan.blocks(size).len();
         if parts.len() != want {
@@ -241,10 +221,7 @@ impl Engine {
 
 /// Checks the blocks read (`sums`) against the digest the source vouches for, if any.
 pub(crate) fn check(
-    expect: Option<&str>,
-    sums: &[BlockSum],
-    single: bool,
-    name: &str,
+    expect: Option<&str>, sums: &[BlockSum], single: bool, name: &str,
 ) -> Result<()> {
     let Some(e) = expect else { return Ok(()) };
     match digest::compose(ferry_store::DigestKind::of(e), sums, single) {

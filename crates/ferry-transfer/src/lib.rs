@@ -153,11 +153,7 @@ impl Engine {
     /// in `class`, with the engine's retries, so that it waits its turn and survives a
     /// transient fault like a block.
     pub(crate) async fn request<T, F, Fut>(
-        &self,
-        class: Class,
-        what: &str,
-        bytes: u64,
-        op: F,
+        &self, class: Class, what: &str, bytes: u64, op: F,
     ) -> Result<T>
     where
         F: FnMut() -> Fut,
@@ -169,9 +165,7 @@ impl Engine {
 
     /// Runs one request in `class` once: for a call that is not safe to repeat.
     pub(crate) async fn request_once<T>(
-        &self,
-        class: Class,
-        op: impl std::future::Future<Output = Result<T>>,
+        &self, class: Class, op: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
         let _slot = self.sched.slot(class).await;
         op.await

@@ -107,10 +107,7 @@ impl Remote {
 
     /// Writes everything `reader` yields to `key`, in blocks, length unknown in advance.
     pub async fn upload<R: AsyncRead + Unpin>(
-        &self,
-        reader: R,
-        key: &str,
-        progress: std::sync::Arc<dyn Progress>,
+        &self, reader: R, key: &str, progress: std::sync::Arc<dyn Progress>,
     ) -> Result<u64> {
         self.engine
             .upload(reader, &self.store, key, self.class, progress)
@@ -131,10 +128,7 @@ impl Remote {
     /// Writes object `key` to `writer` in order, blocks fetched ahead in parallel, checked
     /// against the store's digest when it vouches for one.
     pub async fn download<W: AsyncWrite + Unpin>(
-        &self,
-        key: &str,
-        writer: W,
-        progress: &dyn Progress,
+        &self, key: &str, writer: W, progress: &dyn Progress,
     ) -> Result<u64> {
         self.engine
             .download(&self.store, key, writer, self.class, progress, u64::MAX)
@@ -144,11 +138,7 @@ impl Remote {
     /// Copies `key` to `dst_key` of `dst`: the destination appears whole, checked, or not at
     /// all. Runs in this remote's class.
     pub async fn copy_to(
-        &self,
-        key: &str,
-        dst: &Remote,
-        dst_key: &str,
-        progress: &dyn Progress,
+        &self, key: &str, dst: &Remote, dst_key: &str, progress: &dyn Progress,
     ) -> Result<u64> {
         self.engine
             .copy(&self.store, key, &dst.store, dst_key, self.class, progress)

@@ -57,11 +57,7 @@ impl RetryPolicy {
     /// Runs `op` until it succeeds, fails permanently or runs out of attempts; `on_retry` is
     /// told of every transient failure.
     pub async fn run<T, F, Fut>(
-        &self,
-        what: &str,
-        bytes: u64,
-        mut on_retry: impl FnMut(&Error),
-        mut op: F,
+        &self, what: &str, bytes: u64, mut on_retry: impl FnMut(&Error), mut op: F,
     ) -> Result<T>
     where
         F: FnMut() -> Fut,
@@ -91,10 +87,7 @@ impl RetryPolicy {
 impl RetryPolicy {
     /// Runs one attempt until it ends or stalls.
     async fn watched<T>(
-        &self,
-        what: &str,
-        bytes: u64,
-        attempt: impl Future<Output = Result<T>>,
+        &self, what: &str, bytes: u64, attempt: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let f = Flow::new();
         let attempt = flow::watch(f.clone(), attempt);

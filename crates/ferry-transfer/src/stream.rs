@@ -30,11 +30,7 @@ impl Engine {
     /// Uploads everything `reader` yields to `key`, in blocks, without knowing the length in
     /// advance; buffered bytes stay within the memory budget.
     pub(crate) async fn upload<R: AsyncRead + Unpin>(
-        &self,
-        mut reader: R,
-        dst: &SharedStore,
-        key: &str,
-        class: Class,
+        &self, mut reader: R, dst: &SharedStore, key: &str, class: Class,
         progress: Arc<dyn Progress>,
     ) -> Result<u64> {
         let plan = BlockPlan::for_stream(dst.limits(), self.cfg.block_size);
@@ -129,11 +125,7 @@ impl Engine {
 
     /// Uploads `data`, already in memory, to `key`; its blocks are slices of it, not copies.
     pub(crate) async fn upload_bytes(
-        &self,
-        data: Bytes,
-        dst: &SharedStore,
-        key: &str,
-        class: Class,
+        &self, data: Bytes, dst: &SharedStore, key: &str, class: Class,
     ) -> Result<u64> {
         let size = data.len() as u64;
         let plan = BlockPlan::for_size(size, dst.limits(), self.cfg.block_size);
@@ -154,12 +146,7 @@ impl Engine {
 
     /// Writes `data` to `key` in one request, with the digest `dst` keeps.
     async fn put_whole(
-        &self,
-        data: Bytes,
-        dst: &SharedStore,
-        key: &str,
-        plan: BlockPlan,
-        class: Class,
+        &self, data: Bytes, dst: &SharedStore, key: &str, plan: BlockPlan, class: Class,
     ) -> Result<()> {
         let sums = [sum_of(&data, Need::for_copy(None, dst.digest_kind())).await];
         let got = dst
@@ -175,15 +162,8 @@ impl Engine {
 
     #[allow(clippy::too_many_arguments)]
     async fn send_block(
-        self,
-        dst: SharedStore,
-        up: Upload,
-        idx: usize,
-        off: u64,
-        data: Bytes,
-        _mem: crate::scheduler::Memory,
-        class: Class,
-        progress: Arc<dyn Progress>,
+        self, dst: SharedStore, up: Upload, idx: usize, off: u64, data: Bytes,
+        _mem: crate::scheduler::Memory, class: Class, progress: Arc<dyn Progress>,
     ) -> Result<(usize, ferry_store::BlockId, BlockSum)> {
         let len = data.len() as u64;
         let sum = sum_of(&data, Need::for_copy(None, dst.digest_kind())).await;
@@ -201,12 +181,7 @@ impl Engine {
     /// is checked against the store's digest at the end, when the store vouches for one. An
     /// object the store says is larger than `max` is refused before a byte of it is read.
     pub(crate) async fn download<W: AsyncWrite + Unpin>(
-        &self,
-        src: &SharedStore,
-        key: &str,
-        mut writer: W,
-        class: Class,
-        progress: &dyn Progress,
+        &self, src: &SharedStore, key: &str, mut writer: W, class: Class, progress: &dyn Progress,
         max: u64,
     ) -> Result<u64> {
         let info = self

@@ -27,10 +27,7 @@ pub struct Finding {
 /// object must be encrypted. `read_data`: read whole objects and authenticate them (needs
 /// the archive's key when `encrypted`); otherwise only headers are read.
 pub async fn audit(
-    archive: &Archive,
-    names: &[WalName],
-    encrypted: bool,
-    read_data: bool,
+    archive: &Archive, names: &[WalName], encrypted: bool, read_data: bool,
 ) -> Vec<Finding> {
     let mut found: Vec<Finding> = futures::stream::iter(names)
         .map(|name| async move {

@@ -226,10 +226,7 @@ fn aad(header: &[u8], name: &str) -> Vec<u8> {
 /// Wraps `data`, the WAL file `name`, for the archive: zstd-compressed at `level` unless
 /// that does not shrink it (`level` 0: never compress), then encrypted when `key` is given.
 pub fn seal(
-    data: &[u8],
-    level: i32,
-    name: &str,
-    key: Option<&WalKey>,
+    data: &[u8], level: i32, name: &str, key: Option<&WalKey>,
 ) -> Result<(Header, Vec<u8>)> {
     let mut header = Header::for_file(data, name, key);
     let packed = if level > 0 {

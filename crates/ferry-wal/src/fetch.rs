@@ -201,12 +201,8 @@ impl FetchAgent {
 
     /// Books a finished fetch: no longer in flight, and fetched or missing.
     fn settle(
-        &self,
-        name: String,
-        res: Result<()>,
-        inflight: &mut HashSet<String>,
-        fetched: &mut HashSet<String>,
-        missing: &mut HashMap<String, Instant>,
+        &self, name: String, res: Result<()>, inflight: &mut HashSet<String>,
+        fetched: &mut HashSet<String>, missing: &mut HashMap<String, Instant>,
     ) {
         inflight.remove(&name);
         match res {

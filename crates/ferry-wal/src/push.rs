@@ -84,10 +84,7 @@ pub fn queued(pg_wal: &Path) -> Result<Vec<WalName>> {
 /// Hands the WAL file at `path` to the agent and waits for its verdict; `start_agent` is
 /// called whenever no agent holds the spool.
 pub fn push_via_agent(
-    spool: &Spool,
-    path: &Path,
-    opts: &PushOptions,
-    start_agent: &mut dyn FnMut() -> Result<()>,
+    spool: &Spool, path: &Path, opts: &PushOptions, start_agent: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Handed> {
     let name = name_of(path)?;
     let meta =

@@ -145,9 +145,7 @@ impl Spool {
     /// archived, the error otherwise (which is removed, so that the next attempt tries again).
     /// An ack for another file of the same name (a stale spool) is removed and ignored.
     pub fn verdict(
-        &self,
-        name: &str,
-        file: &fs::Metadata,
+        &self, name: &str, file: &fs::Metadata,
     ) -> Option<std::result::Result<(), String>> {
         let ok = self.path(&format!("out/{name}.ok"));
         if let Ok(body) = fs::read_to_string(&ok) {

@@ -72,9 +72,7 @@ pub struct Status {
 /// Reads the archive (and the spool, when given) into a [`Status`]. `encrypted`: the archive
 /// lies in a repository, so every object's header is read and a plaintext one reported.
 pub async fn status(
-    archive: &Archive,
-    local: Option<(&Path, &Spool)>,
-    encrypted: bool,
+    archive: &Archive, local: Option<(&Path, &Spool)>, encrypted: bool,
 ) -> Result<Status> {
     let cluster = archive.cluster().await?;
     let seg_size = cluster.as_ref().map_or(16 << 20, |c| c.seg_size);

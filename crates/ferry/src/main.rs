@@ -1,5 +1,6 @@
 //! The `ferry` command: parses, wires, prints. The work is done by the library crates.
 
+mod agents;
 mod argv;
 mod cli;
 mod cmd;

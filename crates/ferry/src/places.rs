@@ -131,9 +131,7 @@ impl Stores {
     }
 
     fn cached(
-        &mut self,
-        loc: &Location,
-        make: impl FnOnce() -> Result<SharedStore>,
+        &mut self, loc: &Location, make: impl FnOnce() -> Result<SharedStore>,
     ) -> Result<SharedStore> {
         let id = (format!("{:?}", loc.scheme), loc.bucket.clone());
         if let Some(s) = self.cache.get(&id) {
@@ -150,9 +148,11 @@ impl Stores {
 #[cfg(feature = "rados")]
 fn rados(pool: &str, r: &Rados) -> Result<SharedStore> {
     let opts = ferry_rados::Options {
-        conf: r.conf.clone(),
-        op_timeout: r.op_timeout.as_secs().max(1),
-        aio: r.aio.unwrap_or(0),
+        cluster: ferry_rados::Config {
+            conf: r.conf.clone(),
+            op_timeout: r.op_timeout.as_secs().max(1),
+            aio: r.aio.unwrap_or(0),
+        },
         stripe_unit: r.stripe_unit,
         stripe_count: r.stripe_count,
         object_size: r.object_size,

@@ -34,11 +34,7 @@ pub(super) fn meta(n: &Node, special: bool) -> Meta {
 /// Makes the symlink or special file `n` as `name` in `dir`, with its metadata. Special
 /// files only when `special`: devices and pipes are left out otherwise.
 pub(super) fn make_other(
-    dir: &Dir,
-    name: &[u8],
-    n: &Node,
-    owner: bool,
-    special: bool,
+    dir: &Dir, name: &[u8], n: &Node, owner: bool, special: bool,
 ) -> std::io::Result<()> {
     let m = meta(n, special);
     let kind = match n.kind {
@@ -80,12 +76,7 @@ pub(super) enum Failed {
 /// (create; write, blob by blob; metadata and name). Most files of a tree of small ones are
 /// such files.
 pub(super) fn write_whole(
-    dir: &Dir,
-    name: &[u8],
-    n: &Node,
-    plain: &[u8],
-    owner: bool,
-    special: bool,
+    dir: &Dir, name: &[u8], n: &Node, plain: &[u8], owner: bool, special: bool,
 ) -> std::result::Result<(), Failed> {
     let t = dir.create_temp().map_err(Failed::Content)?;
     // All zeros: a hole, so that sparse files come back sparse.

@@ -38,10 +38,7 @@ fn md5_b64(data: &[u8]) -> String {
 
 impl AzureWriter {
     pub(super) fn new(
-        http: HttpClient,
-        endpoint: &str,
-        account: &str,
-        container: &str,
+        http: HttpClient, endpoint: &str, account: &str, container: &str,
         credential: AzureCredential,
     ) -> Result<Self> {
         let service = Url::parse(endpoint)
@@ -71,11 +68,7 @@ impl AzureWriter {
     }
 
     async fn put(
-        &self,
-        url: Url,
-        body: Bytes,
-        headers: &[(String, String)],
-        what: &str,
+        &self, url: Url, body: Bytes, headers: &[(String, String)], what: &str,
     ) -> Result<()> {
         let len = body.len();
         let mut req: HttpRequest = http::Request::builder()
@@ -121,10 +114,7 @@ impl AzureWriter {
     }
 
     pub(super) async fn put_block_list(
-        &self,
-        up: &Upload,
-        blocks: &[BlockId],
-        meta: &Meta,
+        &self, up: &Upload, blocks: &[BlockId], meta: &Meta,
     ) -> Result<()> {
         let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
         for b in blocks {

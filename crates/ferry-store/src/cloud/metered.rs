@@ -181,6 +181,9 @@ impl HttpService for Metered {
     }
 }
 
+/// What a counted body's `poll_frame` answers.
+type Polled = Poll<Option<std::result::Result<Frame<Bytes>, HttpError>>>;
+
 /// A request body handed over [`SLICE`] bytes at a time, each counted.
 struct Sending {
     inner: HttpRequestBody,
@@ -193,10 +196,7 @@ impl Body for Sending {
     type Data = Bytes;
     type Error = HttpError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<std::result::Result<Frame<Bytes>, HttpError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = &mut *self;
         while this.slice.is_empty() {
             match Pin::new(&mut this.inner).poll_frame(cx) {
@@ -244,10 +244,7 @@ impl Body for Receiving {
     type Data = Bytes;
     type Error = HttpError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<std::result::Result<Frame<Bytes>, HttpError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(f))) => {

@@ -15,9 +15,7 @@ pub(super) async fn send(http: &HttpClient, req: HttpRequest, what: &str) -> Res
 
 /// [`send`], returning the response body.
 pub(super) async fn send_for_body(
-    http: &HttpClient,
-    req: HttpRequest,
-    what: &str,
+    http: &HttpClient, req: HttpRequest, what: &str,
 ) -> Result<Bytes> {
     let resp = http
         .execute(req)

@@ -119,11 +119,7 @@ fn single_dst_key(dst: &Place, name: Option<&str>) -> Result<String> {
 
 /// Adds the objects `src` names to `jobs`.
 async fn plan(
-    src: &Place,
-    dst: &Place,
-    many: bool,
-    recursive: bool,
-    jobs: &mut Vec<Job>,
+    src: &Place, dst: &Place, many: bool, recursive: bool, jobs: &mut Vec<Job>,
 ) -> Result<()> {
     let is_prefix = match src.loc.scheme {
         Scheme::Local => {
