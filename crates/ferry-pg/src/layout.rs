@@ -8,7 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ferry_repo::policy::{Chunking, Policy};
+use ferry_repo::policy::{Chunking, Pick, Policy};
+use ferry_repo::tree::Node;
 
 /// Directories whose contents are not backed up.
 const EMPTIED: &[&str] = &[
@@ -70,8 +71,9 @@ fn is_relation_file(name: &str) -> bool {
     !oid.is_empty() && oid.bytes().all(|c| c.is_ascii_digit())
 }
 
-impl Policy for PgLayout {
-    fn include(&self, path: &Path) -> bool {
+impl PgLayout {
+    /// Whether `path` (and, for a directory, what is under it) is in a base backup.
+    pub fn takes(&self, path: &Path) -> bool {
         let Ok(rel) = path.strip_prefix(&self.root) else {
             return true;
         };
@@ -84,6 +86,15 @@ impl Policy for PgLayout {
             [one] => !SKIPPED.contains(one),
             [dir, _, ..] => !EMPTIED.contains(dir),
             [] => true,
+        }
+    }
+}
+
+impl Policy for PgLayout {
+    fn pick(&self, path: &Path, _node: &Node) -> Pick {
+        match self.takes(path) {
+            true => Pick::Take,
+            false => Pick::Skip,
         }
     }
 
@@ -122,7 +133,7 @@ mod tests {
             "/d/pg_wal",
             "/d/PG_VERSION",
         ] {
-            assert!(l.include(Path::new(yes)), "{yes}");
+            assert!(l.takes(Path::new(yes)), "{yes}");
         }
         for no in [
             "/d/postmaster.pid",
@@ -132,7 +143,7 @@ mod tests {
             "/d/base/pgsql_tmp",
             "/d/backup_label",
         ] {
-            assert!(!l.include(Path::new(no)), "{no}");
+            assert!(!l.takes(Path::new(no)), "{no}");
         }
     }
 

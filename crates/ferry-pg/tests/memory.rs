@@ -469,12 +469,13 @@ async fn expire_removes_old_backups_and_only_the_wal_they_alone_need() {
         pg_backup(&repo, &pgdata, &b3).await,
     ];
     // A snapshot that is not a PostgreSQL backup: expire leaves it alone.
-    let other = ferry_repo::backup::Backup::paths(&[pgdata.join("global")], vec![])
-        .unwrap()
-        .run(&repo, Arc::new(Quiet))
-        .await
-        .unwrap()
-        .id;
+    let other =
+        ferry_repo::backup::Backup::paths(&[pgdata.join("global")], vec![], Default::default())
+            .unwrap()
+            .run(&repo, Arc::new(Quiet))
+            .await
+            .unwrap()
+            .id;
     let label = WalName::parse("000000010000000000000004.00000028.backup").unwrap();
     let history = WalName::parse("00000002.history").unwrap();
     let mut wal: Vec<WalName> = (1..=7).map(|s| seg(1, s)).collect();

@@ -26,7 +26,7 @@ use crate::crypto::{Kind, MasterKey, SEAL_ROOM};
 use crate::id::Id;
 use crate::index::{self, Index};
 use crate::pack::{BlobKind, Entry, Packer};
-use crate::policy::{Chunking, Everything, Policy};
+use crate::policy::{Chunking, Everything, Pick, Policy};
 use crate::repo::Repo;
 use crate::snapshot::{hostname, Snapshot, Summary};
 use crate::tree::{Node, NodeKind, Tree};
@@ -571,6 +571,53 @@ impl Archiver {
         .boxed()
     }
 
+    /// The entries of the directory at `path` the policy takes, each with whether it is
+    /// kept as an empty directory; what it leaves out is counted.
+    fn pick(
+        &self, path: &Path, entries: walk::Entries,
+    ) -> Vec<(std::ffi::OsString, std::io::Result<Node>, bool)> {
+        let (mut excluded, mut bytes) = (0, 0);
+        let mut kept = Vec::with_capacity(entries.len());
+        for (name, node) in entries {
+            let pick = match &node {
+                Ok(n) => self.policy.pick(&path.join(&name), n),
+                Err(_) => Pick::Take,
+            };
+            match pick {
+                Pick::Take => kept.push((name, node, false)),
+                Pick::Empty => kept.push((name, node, true)),
+                Pick::Skip => {
+                    excluded += 1;
+                    bytes += node.as_ref().map_or(0, |n| n.size);
+                }
+            }
+        }
+        let mut st = self.state.lock().expect("state");
+        st.summary.excluded += excluded;
+        st.summary.excluded_bytes += bytes;
+        kept
+    }
+
+    /// A directory kept without its content (a mount point under `--one-file-system`).
+    fn save_empty_dir(
+        self: &Arc<Self>, node: std::io::Result<Node>,
+    ) -> BoxFuture<'static, Option<Node>> {
+        let me = self.clone();
+        async move {
+            let mut node = node.ok()?;
+            match me.save_tree(Vec::new()).await {
+                Ok(id) => node.subtree = Some(id),
+                Err(e) => {
+                    me.error(Path::new(&node.name), e);
+                    return None;
+                }
+            }
+            me.state.lock().expect("state").summary.dirs += 1;
+            Some(node)
+        }
+        .boxed()
+    }
+
     /// Backs up a directory's entries; returns its tree's id.
     fn save_dir(
         self: &Arc<Self>, path: PathBuf, old: Option<(Id, Tree)>,
@@ -579,19 +626,16 @@ impl Archiver {
         async move {
             let ahead = me.ahead.get().and_then(|ra| ra.take(&path));
             let entries = match ahead {
-                // Listed under the read-ahead's policy: this archiver's decides.
-                Some(listed) => listed.map(|mut found| {
-                    found.retain(|(name, _)| me.policy.include(&path.join(name)));
-                    found
-                }),
+                Some(listed) => listed,
                 None => {
-                    let (p, me2) = (path.clone(), me.clone());
-                    tokio::task::spawn_blocking(move || walk::entries(&p, me2.policy.as_ref()))
+                    let p = path.clone();
+                    tokio::task::spawn_blocking(move || walk::entries(&p))
                         .await
                         .map_err(|e| Error::Permanent(e.to_string()))?
                 }
             }
             .map_err(|e| Error::io(path.display(), e))?;
+            let entries = me.pick(&path, entries);
             me.state.lock().expect("state").summary.dirs += 1;
             let (old_id, old_nodes) = match old {
                 Some((id, t)) => (Some(id), t.nodes),
@@ -612,7 +656,7 @@ impl Archiver {
             let mut work: Vec<BoxFuture<'static, Vec<Option<Node>>>> = Vec::new();
             let mut run: Vec<(PathBuf, Node)> = Vec::new();
             let mut run_bytes = 0u64;
-            for (name, node) in entries {
+            for (name, node, empty) in entries {
                 let old = find(&name);
                 let small = match &node {
                     Ok(n) => {
@@ -636,7 +680,10 @@ impl Archiver {
                     work.push(me.save_small(std::mem::take(&mut run)));
                     run_bytes = 0;
                 }
-                let one = me.save_node(path.join(&name), node, old);
+                let one = match empty {
+                    true => me.save_empty_dir(node),
+                    false => me.save_node(path.join(&name), node, old),
+                };
                 work.push(one.map(|n| vec![n]).boxed());
             }
             if !run.is_empty() {

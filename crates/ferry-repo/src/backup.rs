@@ -16,11 +16,12 @@ use ferry_transfer::{Error, Result};
 use crate::archiver::{Archiver, BackupProgress, Gate, Outcome};
 use crate::backup_lock::BackupLock;
 use crate::blob::{Trees, PRELOAD_MAX};
+use crate::exclude::Exclude;
 use crate::index::Index;
-use crate::policy::Everything;
+use crate::policy::{Everything, Policy};
 use crate::repo::Repo;
 use crate::snapshot::{hostname, Snapshot};
-use crate::walk::ReadAhead;
+use crate::walk::{ReadAhead, Scan};
 use crate::Id;
 
 /// What a backup saves.
@@ -29,6 +30,7 @@ enum Source {
     Paths {
         paths: Vec<PathBuf>,
         ahead: Arc<ReadAhead>,
+        policy: Arc<dyn Policy>,
     },
     /// One stream, stored as the file `name`; taken by the first run.
     Stream {
@@ -44,9 +46,10 @@ pub struct Backup {
 }
 
 impl Backup {
-    /// A backup of `paths` (made absolute), tagged `tags`. Each path must exist; its
-    /// directories start being listed now, while the caller opens the repository.
-    pub fn paths(paths: &[PathBuf], tags: Vec<String>) -> Result<Backup> {
+    /// A backup of `paths` (made absolute), tagged `tags`, leaving out what `exclude`
+    /// says. Each path must exist; its directories start being listed now, while the caller
+    /// opens the repository.
+    pub fn paths(paths: &[PathBuf], tags: Vec<String>, mut exclude: Exclude) -> Result<Backup> {
         let mut abs = Vec::with_capacity(paths.len());
         for p in paths {
             let a = std::path::absolute(p)
@@ -59,9 +62,15 @@ impl Backup {
             }
             abs.push(a);
         }
-        let ahead = ReadAhead::start(abs.clone(), Arc::new(Everything));
+        exclude.set_sources(&abs);
+        let policy: Arc<dyn Policy> = Arc::new(exclude);
+        let ahead = ReadAhead::start(abs.clone(), policy.clone());
         Ok(Backup {
-            source: Source::Paths { paths: abs, ahead },
+            source: Source::Paths {
+                paths: abs,
+                ahead,
+                policy,
+            },
             tags,
         })
     }
@@ -82,6 +91,17 @@ impl Backup {
         match &self.source {
             Source::Paths { paths, .. } => paths,
             Source::Stream { .. } => &[],
+        }
+    }
+
+    /// A walk of the sources for the total the backup will read (none for a stream).
+    pub fn scan(&self) -> Option<Scan> {
+        match &self.source {
+            Source::Paths { paths, policy, .. } => Some(Scan {
+                paths: paths.clone(),
+                policy: policy.clone(),
+            }),
+            Source::Stream { .. } => None,
         }
     }
 
@@ -188,12 +208,16 @@ impl Backup {
             Source::Stream { .. } => None,
         };
         let trees = parent_trees(repo, &index, known.trees, parent.is_some()).await?;
-        let arch = Archiver::new(repo.clone(), index, trees, progress.clone());
+        let policy = match &self.source {
+            Source::Paths { policy, .. } => policy.clone(),
+            Source::Stream { .. } => Arc::new(Everything),
+        };
+        let arch = Archiver::with_policy(repo.clone(), index, trees, progress.clone(), policy);
         arch.write_after(gate.clone());
         let tags = self.tags.clone();
         let work = async {
             match &mut self.source {
-                Source::Paths { paths, ahead } => {
+                Source::Paths { paths, ahead, .. } => {
                     arch.read_ahead(ahead.clone());
                     arch.backup_paths(paths, parent, tags).await
                 }
@@ -254,4 +278,41 @@ fn parent_of(snaps: Vec<(Id, Snapshot)>, paths: &[PathBuf]) -> Option<(Id, Snaps
 
 fn show(p: &Path) -> String {
     p.display().to_string()
+}
+
+/// How a list of paths to back up is written (`--files-from` and its kin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListFormat {
+    /// One path a line; blank lines and lines starting with `#` are left out, and blanks
+    /// around a path trimmed (restic's `--files-from`).
+    Lines,
+    /// One path a line, taken as written: only the line break ends it.
+    Verbatim,
+    /// Paths separated by NUL bytes (`find -print0`): any name at all.
+    Nul,
+}
+
+/// The paths listed in `data`, written as `format` says; names need not be UTF-8.
+pub fn path_list(data: &[u8], format: ListFormat) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let to_path = |b: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(b));
+    match format {
+        ListFormat::Nul => data
+            .split(|&b| b == 0)
+            .filter(|p| !p.is_empty())
+            .map(to_path)
+            .collect(),
+        ListFormat::Verbatim => data
+            .split(|&b| b == b'\n')
+            .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+            .filter(|l| !l.is_empty())
+            .map(to_path)
+            .collect(),
+        ListFormat::Lines => data
+            .split(|&b| b == b'\n')
+            .map(|l| l.trim_ascii())
+            .filter(|l| !l.is_empty() && !l.starts_with(b"#"))
+            .map(to_path)
+            .collect(),
+    }
 }

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use crate::tree::Node;
+
 /// How a file's content is cut into blobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Chunking {
@@ -14,11 +16,23 @@ pub enum Chunking {
     Fixed(u32),
 }
 
+/// What a backup does with one entry it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// Backed up, and for a directory what is under it.
+    Take,
+    /// Left out, and for a directory what is under it; counted as excluded.
+    Skip,
+    /// A directory kept as an empty one: a mount point under `--one-file-system`, so that
+    /// a restore has a place to mount on.
+    Empty,
+}
+
 /// Per-path choices of one backup. Paths are absolute, as the archiver walks them.
 pub trait Policy: Send + Sync {
-    /// Whether `path` (and, for a directory, what is under it) is backed up.
-    fn include(&self, _path: &Path) -> bool {
-        true
+    /// What happens to the entry at `path`, whose metadata is `node`.
+    fn pick(&self, _path: &Path, _node: &Node) -> Pick {
+        Pick::Take
     }
     /// How the file at `path` is cut.
     fn chunking(&self, _path: &Path) -> Chunking {

@@ -201,11 +201,11 @@ async fn walk(
                 }
                 let mut inc = inc;
                 if select.active() {
-                    let abs = Path::new("/").join(&child);
-                    if select.excluded(&abs) {
+                    let (abs, dir) = (Path::new("/").join(&child), node.kind == NodeKind::Dir);
+                    if select.excluded(&abs, dir) {
                         continue;
                     }
-                    inc = inc || select.included(&abs);
+                    inc = inc || select.included(&abs, dir);
                 }
                 if node.kind == NodeKind::Dir {
                     if let Some(sub) = node.subtree {
@@ -320,7 +320,9 @@ fn delete_extra(
         };
         for name in entries.into_iter().filter(|n| !names.contains(n)) {
             let path = rel.join(std::ffi::OsStr::from_bytes(&name));
-            if select.excluded(&Path::new("/").join(&path)) {
+            // The target's entry is not looked at: left alone when excluded either way.
+            let abs = Path::new("/").join(&path);
+            if select.excluded(&abs, true) || select.excluded(&abs, false) {
                 continue;
             }
             match dir.remove_tree(&name) {

@@ -25,6 +25,13 @@ pub struct Summary {
     pub bytes_stored: u64,
     /// Files or directories that could not be read.
     pub errors: u64,
+    /// Files, directories and other entries left out by the backup's exclusions (what is
+    /// under an excluded directory is not counted: it was never read).
+    #[serde(default)]
+    pub excluded: u64,
+    /// Bytes of the files left out.
+    #[serde(default)]
+    pub excluded_bytes: u64,
 }
 
 impl Snapshot {

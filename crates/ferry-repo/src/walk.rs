@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::policy::Policy;
+use crate::archiver::BackupProgress;
+use crate::policy::{Pick, Policy};
 use crate::tree::{Node, NodeKind};
 
 /// A directory's entries, sorted by name, each with its node or why it could not be read.
@@ -91,10 +92,10 @@ pub(crate) fn node_of(
 }
 
 /// Lists `dir` and reads every entry's metadata, relative to the open directory (fstatat),
-/// not by a path the kernel walks again from the root.
-pub(crate) fn entries(dir: &Path, policy: &dyn Policy) -> std::io::Result<Entries> {
+/// not by a path the kernel walks again from the root. The policy is applied by the caller,
+/// which needs the metadata to decide and counts what it leaves out.
+pub(crate) fn entries(dir: &Path) -> std::io::Result<Entries> {
     let mut found: Vec<fs::DirEntry> = fs::read_dir(dir)?.collect::<std::io::Result<_>>()?;
-    found.retain(|e| policy.include(&e.path()));
     found.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
     Ok(found
         .into_iter()
@@ -140,12 +141,14 @@ impl ReadAhead {
                 if !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
                     continue;
                 }
-                let listed = entries(&dir, policy.as_ref());
+                let listed = entries(&dir);
                 if let Ok(found) = &listed {
                     held += found.len();
+                    // Only into what the backup takes: an excluded tree is never read.
                     let subdirs = found.iter().rev().filter_map(|(name, n)| {
-                        let n = n.as_ref().ok()?;
-                        (n.kind == NodeKind::Dir).then(|| dir.join(name))
+                        let (n, path) = (n.as_ref().ok()?, dir.join(name));
+                        let take = n.kind == NodeKind::Dir && policy.pick(&path, n) == Pick::Take;
+                        take.then_some(path)
                     });
                     todo.extend(subdirs);
                 }
@@ -168,5 +171,43 @@ impl ReadAhead {
     /// When the read-ahead began, in nanoseconds since the epoch.
     pub(crate) fn started(&self) -> i64 {
         self.started
+    }
+}
+
+/// A walk of a backup's sources for the sizes of what it will read, under the same policy,
+/// so that a progress bar can show a total and an ETA; it runs beside the backup.
+pub struct Scan {
+    pub(crate) paths: Vec<PathBuf>,
+    pub(crate) policy: Arc<dyn Policy>,
+}
+
+impl Scan {
+    /// Tells `progress` the size of every file the backup takes. Unreadable entries are
+    /// passed over: the backup reports them.
+    pub fn run(self, progress: &dyn BackupProgress) {
+        let file = |size| progress.scanned(size);
+        let mut todo: Vec<PathBuf> = self.paths.into_iter().rev().collect();
+        while let Some(path) = todo.pop() {
+            let Ok(m) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if m.is_file() {
+                file(m.len());
+                continue;
+            }
+            let Ok(found) = entries(&path) else {
+                continue;
+            };
+            for (name, n) in found.into_iter().rev() {
+                let (Ok(n), child) = (n, path.join(&name)) else {
+                    continue;
+                };
+                match (self.policy.pick(&child, &n), n.kind) {
+                    (Pick::Take, NodeKind::Dir) => todo.push(child),
+                    (Pick::Take, NodeKind::File) => file(n.size),
+                    _ => {}
+                }
+            }
+        }
     }
 }

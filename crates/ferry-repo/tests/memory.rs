@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use ferry_repo::archiver::{Outcome, Quiet};
 use ferry_repo::backup::Backup;
+use ferry_repo::exclude::Exclude;
 use ferry_repo::pack::BlobKind;
 use ferry_repo::restorer::{self, Options};
 use ferry_repo::{checker, forget, prune, Id, Repo, Snapshot};
@@ -61,11 +62,15 @@ async fn new_repo() -> (Arc<MemoryStore>, Arc<Repo>) {
 }
 
 async fn backup(repo: &Arc<Repo>, dir: &Path) -> Outcome {
-    let out = Backup::paths(&[dir.to_path_buf()], vec!["test".into()])
-        .unwrap()
-        .run(repo, Arc::new(Quiet))
-        .await
-        .unwrap();
+    let out = Backup::paths(
+        &[dir.to_path_buf()],
+        vec!["test".into()],
+        Exclude::default(),
+    )
+    .unwrap()
+    .run(repo, Arc::new(Quiet))
+    .await
+    .unwrap();
     assert!(out.errors.is_empty(), "{:?}", out.errors);
     out
 }

@@ -237,8 +237,20 @@ pub struct LsArgs {
 #[derive(Debug, Args)]
 pub struct BackupArgs {
     /// Files and directories.
-    #[arg(required_unless_present = "stdin")]
+    #[arg(required_unless_present_any = ["stdin", "files_from", "files_from_verbatim", "files_from_raw"])]
     pub paths: Vec<PathBuf>,
+    /// Also back up the paths listed in FILE, one a line; blank lines and lines starting
+    /// with `#` are left out. `-` reads standard input. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Vec<PathBuf>,
+    /// Like --files-from, each line taken as it is (no comments, no trimming).
+    #[arg(long, value_name = "FILE")]
+    pub files_from_verbatim: Vec<PathBuf>,
+    /// Like --files-from, the paths separated by NUL bytes (`find -print0`).
+    #[arg(long, value_name = "FILE")]
+    pub files_from_raw: Vec<PathBuf>,
+    #[command(flatten)]
+    pub exclude: ExcludeArgs,
     /// Back up standard input as one file named --name.
     #[arg(long, requires = "name", conflicts_with = "paths")]
     pub stdin: bool,
@@ -248,6 +260,38 @@ pub struct BackupArgs {
     /// Tag the snapshot (repeatable).
     #[arg(long)]
     pub tag: Vec<String>,
+}
+
+/// What a backup leaves out; added to the `[backup]` table of ferry.toml.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ExcludeArgs {
+    /// Leave out what matches: `*` within a name, `**` across directories, a leading `/`
+    /// anchors at the root, a trailing `/` matches directories only, a leading `!` takes
+    /// back an earlier match. Repeatable.
+    #[arg(long, short = 'e', value_name = "PATTERN")]
+    pub exclude: Vec<String>,
+    /// Like --exclude, regardless of case.
+    #[arg(long, value_name = "PATTERN")]
+    pub iexclude: Vec<String>,
+    /// Read --exclude patterns from FILE, one a line (`#` comments). Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub exclude_file: Vec<PathBuf>,
+    /// Read --iexclude patterns from FILE. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub iexclude_file: Vec<PathBuf>,
+    /// Leave out directories holding a file NAME (that starts with HEADER, when given).
+    #[arg(long, value_name = "NAME[:HEADER]")]
+    pub exclude_if_present: Vec<String>,
+    /// Leave out directories holding a valid CACHEDIR.TAG.
+    #[arg(long)]
+    pub exclude_caches: bool,
+    /// Leave out files larger than SIZE (e.g. 1GiB, 500M).
+    #[arg(long, value_name = "SIZE")]
+    pub exclude_larger_than: Option<String>,
+    /// Stay on the filesystem of each path given: mount points are kept as empty
+    /// directories.
+    #[arg(long, short = 'x')]
+    pub one_file_system: bool,
 }
 
 /// `ferry restore`.

@@ -1,7 +1,6 @@
 //! What the commands print: the closing summary (JSON or one line) and the progress bar.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -154,26 +153,5 @@ impl BackupProgress for BarProgress {
         let done = self.files.fetch_add(1, Ordering::Relaxed) + 1;
         let total = self.files_total.load(Ordering::Relaxed).max(done);
         self.bar.files(done, total);
-    }
-}
-
-/// Sizes of everything under `paths`, for the bar's total and ETA; runs beside the backup.
-pub(crate) fn scan(paths: Vec<PathBuf>, p: Arc<BarProgress>) {
-    fn walk(path: &std::path::Path, p: &BarProgress) {
-        let Ok(m) = std::fs::symlink_metadata(path) else {
-            return;
-        };
-        if m.is_file() {
-            p.scanned(m.len());
-        } else if m.is_dir() {
-            if let Ok(d) = std::fs::read_dir(path) {
-                for e in d.flatten() {
-                    walk(&e.path(), p);
-                }
-            }
-        }
-    }
-    for path in paths {
-        walk(&path, &p);
     }
 }

@@ -9,7 +9,8 @@ use ferry_store::cloud::{AzureConfig, S3Config};
 use ferry_transfer::{EngineConfig, RetryPolicy};
 use serde::Deserialize;
 
-use crate::cli::{Global, WalArgs};
+use crate::cli::{ExcludeArgs, Global, WalArgs};
+use ferry_repo::exclude::ExcludeOptions;
 use ferry_wal::push::QueuePolicy;
 
 /// The `ferry.toml` file. Not `Debug`: it may hold secret keys.
@@ -31,6 +32,29 @@ struct File {
     azure: AzureFile,
     #[serde(default)]
     rados: RadosFile,
+    #[serde(default)]
+    backup: BackupFile,
+}
+
+/// The `[backup]` table of `ferry.toml`: what every backup leaves out.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackupFile {
+    #[serde(default)]
+    exclude: Vec<String>,
+    #[serde(default)]
+    iexclude: Vec<String>,
+    #[serde(default)]
+    exclude_file: Vec<PathBuf>,
+    #[serde(default)]
+    iexclude_file: Vec<PathBuf>,
+    #[serde(default)]
+    exclude_if_present: Vec<String>,
+    #[serde(default)]
+    exclude_caches: bool,
+    exclude_larger_than: Option<String>,
+    #[serde(default)]
+    one_file_system: bool,
 }
 
 /// The `[rados]` table of `ferry.toml`.
@@ -46,7 +70,9 @@ struct RadosFile {
 }
 
 /// How to reach a Ceph cluster and lay objects out in it (for `ferry_rados::Options`).
+/// Read only where ferry is built with RADOS.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "rados"), allow(dead_code))]
 pub struct Rados {
     pub conf: Option<PathBuf>,
     pub op_timeout: Duration,
@@ -125,6 +151,28 @@ pub struct Wal {
 
 impl Settings {
     /// The WAL settings for the cluster whose data directory is `pgdata`.
+    /// What a backup leaves out: the `[backup]` table of ferry.toml, then the flags (patterns
+    /// add up; a size given as a flag wins).
+    pub fn exclude(&self, a: &ExcludeArgs) -> Result<ExcludeOptions> {
+        let f = &self.backup_file;
+        let both = |x: &[String], y: &[String]| [x, y].concat();
+        let paths = |x: &[PathBuf], y: &[PathBuf]| [x, y].concat();
+        let larger = a
+            .exclude_larger_than
+            .as_ref()
+            .or(f.exclude_larger_than.as_ref());
+        Ok(ExcludeOptions {
+            exclude: both(&f.exclude, &a.exclude),
+            iexclude: both(&f.iexclude, &a.iexclude),
+            exclude_files: paths(&f.exclude_file, &a.exclude_file),
+            iexclude_files: paths(&f.iexclude_file, &a.iexclude_file),
+            if_present: both(&f.exclude_if_present, &a.exclude_if_present),
+            caches: f.exclude_caches || a.exclude_caches,
+            larger_than: larger.map(|s| parse_size(s)).transpose()?,
+            one_file_system: f.one_file_system || a.one_file_system,
+        })
+    }
+
     pub fn wal(&self, args: &WalArgs, pgdata: &Path) -> Result<Wal> {
         let f = &self.wal_file;
         let spool = match args.spool.clone().or(f.spool.clone()) {
@@ -186,6 +234,7 @@ pub struct Settings {
     pub repo: Option<String>,
     pub rados: Rados,
     wal_file: WalFile,
+    backup_file: BackupFile,
     pass: Vec<Pass>,
 }
 
@@ -405,6 +454,7 @@ impl Settings {
             repo,
             rados,
             wal_file: file.wal,
+            backup_file: file.backup,
         })
     }
 

@@ -1,70 +1,53 @@
-//! `--include` / `--exclude` for restore, as restic users write them: `*` and `?` stay
-//! within one path component, `**` crosses them; a pattern starting with `/` is anchored at
-//! the snapshot's root, any other matches at any depth ("*.log", "cache/**"). A matching
+//! `--include` / `--exclude` for restore, in [`crate::pattern`]'s syntax. A matching
 //! directory selects (or leaves out) everything below it; the directories above an
 //! included entry are restored too, so that it has a place.
 
 use std::path::Path;
 
-use ferry_transfer::{Error, Result};
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use ferry_transfer::Result;
+
+use crate::pattern::{Patterns, Source};
 
 /// The compiled patterns.
 #[derive(Debug, Clone, Default)]
 pub struct Select {
-    include: Option<GlobSet>,
-    exclude: Option<GlobSet>,
-}
-
-fn compile(patterns: &[String], flag: &str) -> Result<Option<GlobSet>> {
-    if patterns.is_empty() {
-        return Ok(None);
-    }
-    let mut set = GlobSetBuilder::new();
-    for p in patterns {
-        let anchored = match p.strip_prefix('/') {
-            Some(_) => p.trim_end_matches('/').to_string(),
-            None => format!("/**/{}", p.trim_end_matches('/')),
-        };
-        let glob = GlobBuilder::new(&anchored)
-            .literal_separator(true)
-            .build()
-            .map_err(|e| Error::Invalid(format!("{flag} '{p}': {e}")))?;
-        set.add(glob);
-    }
-    set.build()
-        .map(Some)
-        .map_err(|e| Error::Invalid(format!("{flag}: {e}")))
+    include: Patterns,
+    exclude: Patterns,
 }
 
 impl Select {
     /// Compiles the patterns; a bad one is refused, named.
     pub fn new(include: &[String], exclude: &[String]) -> Result<Select> {
+        let from = |flag| Source {
+            flag,
+            case_insensitive: false,
+        };
         Ok(Select {
-            include: compile(include, "--include")?,
-            exclude: compile(exclude, "--exclude")?,
+            include: Patterns::new(include, from("--include"))?,
+            exclude: Patterns::new(exclude, from("--exclude"))?,
         })
     }
 
     /// True when any pattern was given: without, nothing need be matched.
     pub fn active(&self) -> bool {
-        self.include.is_some() || self.exclude.is_some()
+        !self.include.is_empty() || !self.exclude.is_empty()
     }
 
     /// True when include patterns were given: only what they select (and its parents) is
     /// restored.
     pub fn narrows(&self) -> bool {
-        self.include.is_some()
+        !self.include.is_empty()
     }
 
-    /// `path` (absolute in the snapshot) matches an include pattern, or none was given.
-    pub fn included(&self, path: &Path) -> bool {
-        self.include.as_ref().is_none_or(|s| s.is_match(path))
+    /// `path` (absolute in the snapshot; `dir` when a directory) matches an include
+    /// pattern, or none was given.
+    pub fn included(&self, path: &Path, dir: bool) -> bool {
+        self.include.is_empty() || self.include.matches(path, dir)
     }
 
     /// `path` matches an exclude pattern.
-    pub fn excluded(&self, path: &Path) -> bool {
-        self.exclude.as_ref().is_some_and(|s| s.is_match(path))
+    pub fn excluded(&self, path: &Path, dir: bool) -> bool {
+        self.exclude.matches(path, dir)
     }
 }
 
@@ -87,7 +70,7 @@ mod tests {
             ("/etc/a.conf.d", false),
             ("/etc/x/a.conf", true),
         ] {
-            assert_eq!(s.included(Path::new(p)), inc, "{p}");
+            assert_eq!(s.included(Path::new(p), false), inc, "{p}");
         }
         for (p, exc) in [
             ("/home/u/cache", true),
@@ -96,7 +79,7 @@ mod tests {
             ("/srv/www/tmp1", true),
             ("/srv/www/a/tmp1", false),
         ] {
-            assert_eq!(s.excluded(Path::new(p)), exc, "{p}");
+            assert_eq!(s.excluded(Path::new(p), false), exc, "{p}");
         }
         assert!(Select::new(&["a[".into()], &[]).is_err());
         assert!(!Select::default().narrows());

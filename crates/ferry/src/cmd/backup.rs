@@ -2,14 +2,18 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Result};
-use ferry_repo::backup::Backup;
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use ferry_repo::backup::{path_list, Backup, ListFormat};
+use ferry_repo::exclude::Exclude;
 use ferry_transfer::Progress;
 
 use crate::cli::{BackupArgs, OverwriteArg, RestoreArgs};
 use crate::cmd::repo::open;
 use crate::ctx::Ctx;
-use crate::output::{scan, BarProgress};
+use crate::output::BarProgress;
 
 pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();
@@ -19,15 +23,18 @@ pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
             let name = args.name.as_deref().expect("clap requires --name");
             Backup::stream(Box::new(std::io::stdin()), name, args.tag.clone())
         }
-        false => Backup::paths(&args.paths, args.tag.clone())?,
+        false => {
+            let exclude = Exclude::new(&stores.settings().exclude(&args.exclude)?)?;
+            Backup::paths(&sources(args)?, args.tag.clone(), exclude)?
+        }
     };
     let repo = open(g, stores).await?;
     tracing::debug!(ms = started.elapsed().as_millis(), "repository open");
     let progress = BarProgress::new(out);
     // The scan costs a second walk of the tree: only a drawn bar needs its totals.
-    if progress.bar.is_drawn() && !job.sources().is_empty() {
-        let (paths, p) = (job.sources().to_vec(), progress.clone());
-        std::thread::spawn(move || scan(paths, p));
+    if let (true, Some(scan)) = (progress.bar.is_drawn(), job.scan()) {
+        let p = progress.clone();
+        std::thread::spawn(move || scan.run(p.as_ref()));
     }
     let outcome = job.run(&repo, progress.clone()).await?;
     progress.bar.finish();
@@ -53,9 +60,13 @@ pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
                 100.0 * s.bytes_new as f64 / s.bytes_read as f64
             )
         };
+        let excluded = match s.excluded {
+            0 => String::new(),
+            n => format!(" ({n} excluded, {:.1} MB)", s.excluded_bytes as f64 / 1e6),
+        };
         eprintln!(
-            "snapshot {} saved: {} files ({} unchanged), {:.1} MB; read {:.1} MB, new {:.1} MB \
-             ({ratio}), stored {:.1} MB, in {secs:.1}s",
+            "snapshot {} saved: {} files ({} unchanged){excluded}, {:.1} MB; read {:.1} MB, new \
+             {:.1} MB ({ratio}), stored {:.1} MB, in {secs:.1}s",
             outcome.id.short(),
             s.files_read + s.files_unchanged,
             s.files_unchanged,
@@ -77,6 +88,41 @@ pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// The paths given, then those of every --files-from list; an empty list is refused (it
+/// would back up nothing, and was surely not meant so).
+fn sources(args: &BackupArgs) -> Result<Vec<PathBuf>> {
+    let mut paths = args.paths.clone();
+    let lists = [
+        (&args.files_from, ListFormat::Lines, "--files-from"),
+        (
+            &args.files_from_verbatim,
+            ListFormat::Verbatim,
+            "--files-from-verbatim",
+        ),
+        (&args.files_from_raw, ListFormat::Nul, "--files-from-raw"),
+    ];
+    for (files, format, flag) in lists {
+        for f in files {
+            let data = match f.as_os_str() == "-" {
+                true => read_all(std::io::stdin()),
+                false => std::fs::read(f),
+            }
+            .with_context(|| format!("{flag} {}", f.display()))?;
+            let listed = path_list(&data, format);
+            if listed.is_empty() {
+                bail!("{flag} {}: lists no path", f.display());
+            }
+            paths.extend(listed);
+        }
+    }
+    Ok(paths)
+}
+
+fn read_all(mut r: impl Read) -> std::io::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    r.read_to_end(&mut v).map(|_| v)
 }
 
 pub async fn restore(args: &RestoreArgs, ctx: &mut Ctx) -> Result<()> {
