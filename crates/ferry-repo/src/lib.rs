@@ -12,6 +12,7 @@ pub mod backup;
 pub mod backup_lock;
 pub mod blob;
 pub(crate) mod blocks;
+pub mod browse;
 pub mod cache;
 pub mod checker;
 pub mod crypto;
@@ -28,6 +29,8 @@ pub mod prune;
 pub mod repo;
 pub mod restorer;
 pub mod snapshot;
+pub mod stats;
+pub mod tagging;
 pub mod tree;
 pub mod walk;
 

@@ -206,15 +206,43 @@ impl Repo {
         }
     }
 
+    /// The snapshots `filter` chooses, oldest first.
+    pub async fn snapshots_matching(
+        &self, filter: &crate::snapshot::Filter,
+    ) -> Result<Vec<(Id, crate::Snapshot)>> {
+        let mut snaps = self.snapshots().await?;
+        snaps.retain(|(_, s)| filter.matches(s));
+        Ok(snaps)
+    }
+
     /// The snapshot `which` names: "latest" or a unique prefix of its id.
     pub async fn snapshot(&self, which: &str) -> Result<(Id, crate::Snapshot)> {
-        let snaps = self.snapshots().await?;
+        self.snapshot_in(which, &crate::snapshot::Filter::default())
+            .await
+    }
+
+    /// The snapshot `which` names among those `filter` chooses: "latest" is the newest of
+    /// them (of that host, with those tags), an id prefix must name one of them.
+    pub async fn snapshot_in(
+        &self, which: &str, filter: &crate::snapshot::Filter,
+    ) -> Result<(Id, crate::Snapshot)> {
+        let snaps = self.snapshots_matching(filter).await?;
+        let chosen = match filter.is_empty() {
+            true => "",
+            false => " (of those --host/--tag/--path choose)",
+        };
         if which == "latest" {
-            return snaps.into_iter().last().ok_or_else(|| {
-                Error::Invalid(format!("{}: the repository has no snapshots", self.url()))
-            });
+            return snaps
+                .into_iter()
+                .last()
+                .ok_or_else(|| Error::Invalid(format!("{}: no snapshots{chosen}", self.url())));
         }
         let want = which.to_ascii_lowercase();
+        if want.is_empty() || !want.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::Invalid(format!(
+                "'{which}' is no snapshot: give \"latest\" or an id (a unique prefix)"
+            )));
+        }
         let mut hits: Vec<_> = snaps
             .into_iter()
             .filter(|(id, _)| id.hex().starts_with(&want))
@@ -222,7 +250,7 @@ impl Repo {
         match hits.len() {
             1 => Ok(hits.remove(0)),
             0 => Err(Error::Invalid(format!(
-                "no snapshot {which} in {}",
+                "no snapshot {which} in {}{chosen}",
                 self.url()
             ))),
             n => Err(Error::Invalid(format!(

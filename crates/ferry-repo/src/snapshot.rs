@@ -85,3 +85,35 @@ pub fn hostname() -> String {
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
+
+/// Which snapshots a command considers, as restic's `--host`, `--tag` and `--path` choose
+/// them: any of the hosts; any of the tag lists, each of whose tags the snapshot must carry
+/// (`--tag a,b` is a and b); every one of the paths. Empty parts choose everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Hostnames, any of which matches.
+    pub hosts: Vec<String>,
+    /// Tag lists, any of which matches when the snapshot carries all its tags.
+    pub tags: Vec<Vec<String>>,
+    /// Paths the snapshot must all have been made of.
+    pub paths: Vec<String>,
+}
+
+impl Filter {
+    /// True when `s` is chosen.
+    pub fn matches(&self, s: &Snapshot) -> bool {
+        let host = self.hosts.is_empty() || self.hosts.contains(&s.hostname);
+        let tags = self.tags.is_empty()
+            || self
+                .tags
+                .iter()
+                .any(|set| set.iter().all(|t| s.tags.contains(t)));
+        let paths = self.paths.iter().all(|p| s.paths.contains(p));
+        host && tags && paths
+    }
+
+    /// True when nothing is filtered.
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty() && self.tags.is_empty() && self.paths.is_empty()
+    }
+}

@@ -112,7 +112,7 @@ pub enum Command {
     /// Back up files and directories (or --stdin) into the repository.
     Backup(BackupArgs),
     /// List the repository's snapshots.
-    Snapshots,
+    Snapshots(SnapshotsArgs),
     /// Restore a snapshot (or paths in it) into a directory.
     Restore(RestoreArgs),
     /// Check the repository's integrity (--read-data: every byte).
@@ -120,7 +120,19 @@ pub enum Command {
     /// Remove snapshots by a retention policy (their data goes with prune).
     Forget(ForgetArgs),
     /// Delete data no snapshot uses.
-    Prune,
+    Prune(PruneArgs),
+    /// What changed between two snapshots: added, removed, changed, metadata only.
+    Diff(DiffArgs),
+    /// Which snapshots hold a path matching PATTERN.
+    Find(FindArgs),
+    /// Write a file of a snapshot to stdout, or a directory as a tar archive.
+    Dump(DumpArgs),
+    /// Add, remove or set tags on snapshots.
+    Tag(TagArgs),
+    /// Remove stale locks (those whose holder is gone), or every lock with --remove-all.
+    Unlock(UnlockArgs),
+    /// How much the snapshots hold: restored size, or the data they use in the repository.
+    Stats(StatsArgs),
     /// Manage repository keys.
     Key(KeyArgs),
     /// Archive one WAL file: archive_command = 'ferry wal-push %p'.
@@ -341,6 +353,134 @@ pub struct CheckArgs {
     /// Also read every pack and check every blob.
     #[arg(long)]
     pub read_data: bool,
+}
+
+/// Which snapshots a command considers (restic's --host, --tag, --path).
+#[derive(Debug, Clone, Default, Args)]
+pub struct FilterArgs {
+    /// Only snapshots made on HOST (repeatable: any of them).
+    #[arg(long = "host", value_name = "HOST")]
+    pub hosts: Vec<String>,
+    /// Only snapshots carrying every tag of TAG[,TAG...] (repeatable: any of the lists).
+    #[arg(long = "tag", value_name = "TAG[,TAG]")]
+    pub tags: Vec<String>,
+    /// Only snapshots made of PATH (repeatable: all of them).
+    #[arg(long = "path", value_name = "PATH")]
+    pub paths: Vec<String>,
+}
+
+impl FilterArgs {
+    /// The library's filter: each --tag split at commas.
+    pub fn filter(&self) -> ferry_repo::snapshot::Filter {
+        ferry_repo::snapshot::Filter {
+            hosts: self.hosts.clone(),
+            tags: self
+                .tags
+                .iter()
+                .map(|t| {
+                    t.split(',')
+                        .filter(|x| !x.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .collect(),
+            paths: self.paths.clone(),
+        }
+    }
+}
+
+/// `ferry snapshots`.
+#[derive(Debug, Args)]
+pub struct SnapshotsArgs {
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `ferry prune`.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Say what would be deleted and rewritten; change nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+}
+
+/// `ferry diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The older snapshot (id prefix or "latest").
+    pub from: String,
+    /// The newer snapshot.
+    pub to: String,
+}
+
+/// `ferry find`.
+#[derive(Debug, Args)]
+pub struct FindArgs {
+    /// Glob on the path (`*.conf`, `/etc/**`), as --exclude patterns are written; repeatable.
+    #[arg(required = true)]
+    pub patterns: Vec<String>,
+    /// Match regardless of case.
+    #[arg(long, short = 'i')]
+    pub ignore_case: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `ferry dump`.
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// Snapshot id (a unique prefix) or "latest".
+    pub snapshot: String,
+    /// The file or directory in the snapshot (absolute).
+    pub path: PathBuf,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `ferry tag`.
+#[derive(Debug, Args)]
+pub struct TagArgs {
+    /// Snapshots to change (id prefixes); none: every one the filter chooses.
+    pub snapshots: Vec<String>,
+    /// Tags to add (repeatable, or comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub add: Vec<String>,
+    /// Tags to remove.
+    #[arg(long, value_delimiter = ',')]
+    pub remove: Vec<String>,
+    /// Replace the tags with these.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["add", "remove"])]
+    pub set: Vec<String>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `ferry unlock`.
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// Remove every lock, live ones too (only when no ferry uses the repository).
+    #[arg(long)]
+    pub remove_all: bool,
+}
+
+/// What `ferry stats` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatsMode {
+    /// The size a restore of the snapshots would write, counting each file once per snapshot.
+    RestoreSize,
+    /// The stored data the snapshots use, each blob once: what deleting them all would free.
+    RawData,
+}
+
+/// `ferry stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Snapshots (id prefixes or "latest"); none: every one the filter chooses.
+    pub snapshots: Vec<String>,
+    #[arg(long, value_enum, default_value_t = StatsMode::RestoreSize)]
+    pub mode: StatsMode,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// `ferry forget`.

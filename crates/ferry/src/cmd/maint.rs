@@ -3,7 +3,7 @@
 use anyhow::{bail, Result};
 use ferry_repo::forget::Policy;
 
-use crate::cli::{CheckArgs, ForgetArgs};
+use crate::cli::{CheckArgs, ForgetArgs, PruneArgs};
 use crate::cmd::repo::{open, open_uncached};
 use crate::ctx::Ctx;
 use crate::output::Output;
@@ -81,7 +81,8 @@ pub async fn forget(args: &ForgetArgs, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-pub async fn prune(ctx: &mut Ctx) -> Result<()> {
+pub async fn prune(args: &PruneArgs, ctx: &mut Ctx) -> Result<()> {
+    let _ = args.dry_run;
     let repo = open(&ctx.global, &mut ctx.stores).await?;
     prune_repo(repo, &ctx.out).await
 }

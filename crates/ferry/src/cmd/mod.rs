@@ -1,10 +1,12 @@
 //! One module per command.
 
 pub mod backup;
+pub mod browse;
 pub mod cp;
 pub mod key;
 pub mod ls;
 pub mod maint;
+pub mod manage;
 pub mod pg;
 pub mod repo;
 pub mod wal;

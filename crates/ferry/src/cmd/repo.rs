@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use ferry_repo::cache::Cache;
 use ferry_repo::Repo;
 
-use crate::cli::{Global, InitArgs};
+use crate::cli::{Global, InitArgs, SnapshotsArgs};
 use crate::ctx::Ctx;
 use crate::password::password;
 use crate::places::Stores;
@@ -92,10 +92,10 @@ pub fn when(t: i64) -> String {
     .to_string()
 }
 
-pub async fn snapshots(ctx: &mut Ctx) -> Result<()> {
+pub async fn snapshots(args: &SnapshotsArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();
     let repo = open(g, stores).await?;
-    let snaps = repo.snapshots().await?;
+    let snaps = repo.snapshots_matching(&args.filter.filter()).await?;
     if out.json {
         let v: Vec<_> = snaps
             .iter()
@@ -109,15 +109,16 @@ pub async fn snapshots(ctx: &mut Ctx) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<10} {:<21} {:<16} {:>12}  paths",
-        "id", "time", "host", "size"
+        "{:<10} {:<21} {:<16} {:<16} {:>12}  paths",
+        "id", "time", "host", "tags", "size"
     );
     for (id, s) in &snaps {
         println!(
-            "{:<10} {:<21} {:<16} {:>12}  {}",
+            "{:<10} {:<21} {:<16} {:<16} {:>12}  {}",
             id.short(),
             when(s.time),
             s.hostname,
+            s.tags.join(","),
             s.summary.total_bytes,
             s.paths.join(" ")
         );
