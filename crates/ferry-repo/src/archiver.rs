@@ -159,6 +159,8 @@ pub struct Archiver {
     index: Arc<Index>,
     gate: std::sync::OnceLock<Gate>,
     ahead: std::sync::OnceLock<Arc<ReadAhead>>,
+    /// The snapshot's hostname, when not this host's (`backup --host`).
+    host: std::sync::OnceLock<String>,
     state: Mutex<State>,
     uploads: Mutex<JoinSet<Result<()>>>,
     slots: Arc<Semaphore>,
@@ -202,6 +204,7 @@ impl Archiver {
             index,
             gate: std::sync::OnceLock::new(),
             ahead: std::sync::OnceLock::new(),
+            host: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 data: Packer::with_capacity(room),
                 tree: Packer::default(),
@@ -230,6 +233,12 @@ impl Archiver {
     /// being taken: only what it writes must wait for the lock. Set before the backup starts.
     pub fn write_after(&self, gate: Gate) {
         let _ = self.gate.set(gate);
+    }
+
+    /// Names the snapshot's host `host` instead of this host's name. Set before the backup
+    /// starts.
+    pub fn host(&self, host: String) {
+        let _ = self.host.set(host);
     }
 
     /// Takes directory listings from `ahead`, which began before this archiver: the snapshot
@@ -887,7 +896,7 @@ impl Archiver {
         let snapshot = Snapshot {
             time: now.as_secs() as i64,
             nanos: now.subsec_nanos(),
-            hostname: hostname(),
+            hostname: self.host.get().cloned().unwrap_or_else(hostname),
             paths,
             tags,
             tree: root,

@@ -43,6 +43,8 @@ enum Source {
 pub struct Backup {
     source: Source,
     tags: Vec<String>,
+    /// The snapshot's hostname: this host's unless told.
+    host: String,
 }
 
 impl Backup {
@@ -72,6 +74,7 @@ impl Backup {
                 policy,
             },
             tags,
+            host: hostname(),
         })
     }
 
@@ -83,6 +86,7 @@ impl Backup {
                 name: name.to_string(),
             },
             tags,
+            host: hostname(),
         }
     }
 
@@ -92,6 +96,13 @@ impl Backup {
             Source::Paths { paths, .. } => paths,
             Source::Stream { .. } => &[],
         }
+    }
+
+    /// Records the snapshot as made on `host` (restic's `backup --host`): its parent is then
+    /// that host's latest snapshot of the same paths.
+    pub fn host(mut self, host: String) -> Backup {
+        self.host = host;
+        self
     }
 
     /// A walk of the sources for the total the backup will read (none for a stream).
@@ -204,7 +215,7 @@ impl Backup {
         crate::repo::whole_index(known.errs)?;
         let index = Arc::new(known.index);
         let parent = match &self.source {
-            Source::Paths { paths, .. } => parent_of(known.snaps, paths),
+            Source::Paths { paths, .. } => parent_of(known.snaps, paths, &self.host),
             Source::Stream { .. } => None,
         };
         let trees = parent_trees(repo, &index, known.trees, parent.is_some()).await?;
@@ -214,6 +225,7 @@ impl Backup {
         };
         let arch = Archiver::with_policy(repo.clone(), index, trees, progress.clone(), policy);
         arch.write_after(gate.clone());
+        arch.host(self.host.clone());
         let tags = self.tags.clone();
         let work = async {
             match &mut self.source {
@@ -268,8 +280,7 @@ struct Known {
 }
 
 /// The latest snapshot of the same paths from this host: files unchanged since are not read.
-fn parent_of(snaps: Vec<(Id, Snapshot)>, paths: &[PathBuf]) -> Option<(Id, Snapshot)> {
-    let host = hostname();
+fn parent_of(snaps: Vec<(Id, Snapshot)>, paths: &[PathBuf], host: &str) -> Option<(Id, Snapshot)> {
     let shown: Vec<String> = paths.iter().map(|p| show(p)).collect();
     snaps
         .into_iter()

@@ -7,49 +7,140 @@ use ferry_transfer::{Error, Result};
 
 use crate::id::Id;
 use crate::repo::Repo;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Filter, Snapshot};
 
-/// What [`forget`] did.
+/// What [`forget`] did, or with `dry_run` would do.
 #[derive(Debug, Clone, Default)]
 pub struct Forgotten {
     /// Snapshots the policy keeps.
     pub kept: Vec<Id>,
-    /// Snapshots removed.
+    /// Snapshots removed (or that would be).
     pub removed: Vec<Id>,
+    /// Nothing was removed: this is what would have been.
+    pub dry_run: bool,
 }
 
-/// Removes every snapshot `policy` does not keep, under an exclusive lock, as restic does:
-/// the snapshot list it decides on cannot change underneath (a backup adding one, another
-/// forget or a prune). The data goes with the next prune. An empty policy is refused: it
-/// would remove every snapshot.
-pub async fn forget(repo: Arc<Repo>, policy: &Policy) -> Result<Forgotten> {
+/// What `forget` considers and how it groups them.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// Only the snapshots this chooses; the others are neither kept nor removed.
+    pub filter: Filter,
+    /// How snapshots are grouped, each group judged on its own.
+    pub group_by: GroupBy,
+    /// Say what would go; remove nothing.
+    pub dry_run: bool,
+}
+
+/// Which snapshot fields make a group (restic's `--group-by host,paths,tags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupBy {
+    /// Snapshots of different hosts are judged apart.
+    pub host: bool,
+    /// Snapshots of different path sets are judged apart.
+    pub paths: bool,
+    /// Snapshots with different tag sets are judged apart.
+    pub tags: bool,
+}
+
+impl Default for GroupBy {
+    fn default() -> Self {
+        GroupBy {
+            host: true,
+            paths: true,
+            tags: false,
+        }
+    }
+}
+
+impl GroupBy {
+    /// Parses `host,paths,tags` (any of them, in any order; empty: one group of all).
+    pub fn parse(s: &str) -> Result<GroupBy> {
+        let mut g = GroupBy {
+            host: false,
+            paths: false,
+            tags: false,
+        };
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "host" => g.host = true,
+                "paths" | "path" => g.paths = true,
+                "tags" | "tag" => g.tags = true,
+                o => {
+                    return Err(Error::Invalid(format!(
+                        "--group-by '{o}': use host, paths, tags (comma-separated)"
+                    )))
+                }
+            }
+        }
+        Ok(g)
+    }
+
+    fn key(&self, s: &Snapshot) -> (String, Vec<String>, Vec<String>) {
+        let mut tags = s.tags.clone();
+        tags.sort();
+        (
+            if self.host {
+                s.hostname.clone()
+            } else {
+                String::new()
+            },
+            if self.paths {
+                s.paths.clone()
+            } else {
+                Vec::new()
+            },
+            if self.tags { tags } else { Vec::new() },
+        )
+    }
+}
+
+/// Removes every snapshot `policy` does not keep among those `scope` chooses, under an
+/// exclusive lock, as restic does: the snapshot list it decides on cannot change underneath
+/// (a backup adding one, another forget or a prune). The data goes with the next prune. An
+/// empty policy is refused: it would remove every snapshot. A dry run takes no lock and
+/// removes nothing.
+pub async fn forget(repo: Arc<Repo>, policy: &Policy, scope: &Scope) -> Result<Forgotten> {
     if policy.is_empty() {
         return Err(Error::Invalid(
             "no policy: give at least one --keep-* option (forget would remove every snapshot)"
                 .into(),
         ));
     }
-    crate::lock::under(&repo, true, remove_unkept(&repo, policy)).await
+    match scope.dry_run {
+        true => remove_unkept(&repo, policy, scope).await,
+        false => crate::lock::under(&repo, true, remove_unkept(&repo, policy, scope)).await,
+    }
 }
 
-async fn remove_unkept(repo: &Repo, policy: &Policy) -> Result<Forgotten> {
-    let snaps = repo.snapshots().await?;
-    let kept = keep(&snaps, policy);
-    let mut out = Forgotten::default();
+async fn remove_unkept(repo: &Repo, policy: &Policy, scope: &Scope) -> Result<Forgotten> {
+    let snaps = repo.snapshots_matching(&scope.filter).await?;
+    let kept = keep_grouped(&snaps, policy, scope.group_by);
+    let mut out = Forgotten {
+        dry_run: scope.dry_run,
+        ..Default::default()
+    };
     for (id, _) in &snaps {
         if kept.contains(id) {
             out.kept.push(*id);
-        } else {
-            repo.delete_file("snapshots", id).await?;
-            out.removed.push(*id);
+            continue;
         }
+        if !scope.dry_run {
+            repo.delete_file("snapshots", id).await?;
+        }
+        out.removed.push(*id);
     }
     Ok(out)
 }
 
-/// How many of each period's newest snapshot to keep (UTC periods).
+/// How many of each period's newest snapshot to keep (UTC periods), and which to keep
+/// whatever their age.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
+    /// Every snapshot younger than this many seconds, counted back from the group's newest
+    /// (so that a host that stopped backing up keeps its last ones).
+    pub within: Option<i64>,
+    /// Every snapshot carrying all the tags of any of these lists.
+    pub tags: Vec<Vec<String>>,
     /// The newest N.
     pub last: Option<u32>,
     /// The newest per hour, for N hours that have one.
@@ -67,16 +158,48 @@ pub struct Policy {
 impl Policy {
     /// True when no rule is set (forget would remove everything).
     pub fn is_empty(&self) -> bool {
-        [
-            self.last,
-            self.hourly,
-            self.daily,
-            self.weekly,
-            self.monthly,
-            self.yearly,
-        ]
-        .iter()
-        .all(Option::is_none)
+        self.within.is_none()
+            && self.tags.is_empty()
+            && [
+                self.last,
+                self.hourly,
+                self.daily,
+                self.weekly,
+                self.monthly,
+                self.yearly,
+            ]
+            .iter()
+            .all(Option::is_none)
+    }
+}
+
+/// A `--keep-within` duration as restic writes it: numbers with units y, m (months), d, h,
+/// e.g. `1y6m`, `30d`, `12h`. A month counts 30 days, a year 365.
+pub fn parse_within(s: &str) -> Result<i64> {
+    let bad = || Error::Invalid(format!("--keep-within '{s}': use e.g. 30d, 12h, 1y6m"));
+    let (mut total, mut num) = (0i64, String::new());
+    for c in s.trim().chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let n: i64 = num.parse().map_err(|_| bad())?;
+        num.clear();
+        let unit = match c {
+            'y' => 365 * 86_400,
+            'm' => 30 * 86_400,
+            'd' => 86_400,
+            'h' => 3_600,
+            _ => return Err(bad()),
+        };
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| v.checked_add(total))
+            .ok_or_else(bad)?;
+    }
+    match num.is_empty() && total > 0 {
+        true => Ok(total),
+        false => Err(bad()),
     }
 }
 
@@ -93,22 +216,35 @@ fn year_month(days: i64) -> (i64, i64) {
     (y, m)
 }
 
-type Groups<'a> = BTreeMap<(String, Vec<String>), Vec<&'a (Id, Snapshot)>>;
+type Groups<'a> = BTreeMap<(String, Vec<String>, Vec<String>), Vec<&'a (Id, Snapshot)>>;
 /// A rule: how many to keep, and the period a snapshot time falls in.
 type Rule<'a> = (Option<u32>, &'a dyn Fn(i64) -> i64);
 
 /// The snapshots to keep; each host and path set is judged on its own.
 pub fn keep(snaps: &[(Id, Snapshot)], p: &Policy) -> HashSet<Id> {
+    keep_grouped(snaps, p, GroupBy::default())
+}
+
+/// The snapshots to keep, each group `by` makes judged on its own.
+pub fn keep_grouped(snaps: &[(Id, Snapshot)], p: &Policy, by: GroupBy) -> HashSet<Id> {
     let mut groups: Groups = BTreeMap::new();
     for s in snaps {
-        groups
-            .entry((s.1.hostname.clone(), s.1.paths.clone()))
-            .or_default()
-            .push(s);
+        groups.entry(by.key(&s.1)).or_default().push(s);
     }
     let mut kept = HashSet::new();
     for (_, mut g) in groups {
         g.sort_by_key(|s| std::cmp::Reverse((s.1.time, s.1.nanos)));
+        let newest = g.first().map_or(0, |s| s.1.time);
+        for (id, s) in g.iter().map(|x| (&x.0, &x.1)) {
+            let young = p.within.is_some_and(|w| s.time > newest - w);
+            let tagged = p
+                .tags
+                .iter()
+                .any(|set| set.iter().all(|t| s.tags.contains(t)));
+            if young || tagged {
+                kept.insert(*id);
+            }
+        }
         let rules: [Rule; 6] = [
             (p.last, &|_| 0),
             (p.hourly, &|t| t.div_euclid(3600)),
@@ -192,5 +328,39 @@ mod tests {
         assert_eq!(k.len(), 2);
         assert_eq!(year_month(0), (1970, 1));
         assert_eq!(year_month(19_723), (2024, 1)); // 2024-01-01
+    }
+
+    #[test]
+    fn within_tags_and_groups() {
+        let day = 86_400;
+        let mut s: Vec<_> = [0, day, 5 * day, 9 * day]
+            .iter()
+            .map(|&t| snap(t))
+            .collect();
+        s[0].1.tags = vec!["keep".into(), "x".into()];
+        s[1].1.hostname = "other".into();
+        let p = Policy {
+            within: Some(parse_within("5d").unwrap()),
+            tags: vec![vec!["keep".into()]],
+            ..Default::default()
+        };
+        // Group "h": newest 9d; within 5d keeps 5d and 9d; the tag keeps 0.
+        // Group "other": its newest (1d) is kept.
+        let k = keep(&s, &p);
+        let want: HashSet<Id> = [0, day, 5 * day, 9 * day]
+            .iter()
+            .map(|&t| snap(t).0)
+            .collect();
+        assert_eq!(k, want);
+        // One group of all: the 1d snapshot is now 8 days older than the newest.
+        let all = GroupBy::parse("").unwrap();
+        let k = keep_grouped(&s, &p, all);
+        let want: HashSet<Id> = [0, 5 * day, 9 * day].iter().map(|&t| snap(t).0).collect();
+        assert_eq!(k, want);
+        assert!(GroupBy::parse("host,color").is_err());
+        assert_eq!(parse_within("1y6m").unwrap(), (365 + 180) * day);
+        for bad in ["", "5", "5w", "d", "-1d"] {
+            assert!(parse_within(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -36,17 +36,21 @@ pub struct Pruned {
     pub bytes_freed: u64,
     /// Blobs kept.
     pub blobs_kept: usize,
+    /// Nothing was changed: the counts are what a prune would do.
+    pub dry_run: bool,
 }
 
-/// Prunes `repo` under an exclusive lock.
-pub async fn prune(repo: Arc<Repo>) -> Result<Pruned> {
-    let lock = Lock::acquire(repo.clone(), true).await?;
-    let res = run(&repo).await;
+/// Prunes `repo` under an exclusive lock. With `dry_run`, says what it would delete and
+/// rewrite and changes nothing, under a shared lock (backups go on; a pack one of them is
+/// writing may then be counted as deletable, which a real prune, excluding them, would not).
+pub async fn prune(repo: Arc<Repo>, dry_run: bool) -> Result<Pruned> {
+    let lock = Lock::acquire(repo.clone(), !dry_run).await?;
+    let res = run(&repo, dry_run).await;
     lock.release().await?;
     res
 }
 
-async fn run(repo: &Repo) -> Result<Pruned> {
+async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
     let (index, old_index_files, errs) = repo.load_index().await?;
     if let Some(e) = errs.first() {
         return Err(Error::Invalid(format!("damaged index, run check: {e}")));
@@ -88,6 +92,21 @@ async fn run(repo: &Repo) -> Result<Pruned> {
     }
     let indexed: HashSet<Id> = index.packs().iter().copied().collect();
     delete.extend(sizes.keys().filter(|p| !indexed.contains(p)));
+    if dry_run {
+        let size = |p: &Id| sizes.get(p).copied().unwrap_or(0);
+        let live = |l: &[Entry]| l.iter().map(|e| u64::from(e.len)).sum::<u64>();
+        let rewritten: u64 = rewrite
+            .iter()
+            .map(|(p, l)| size(p).saturating_sub(live(l)))
+            .sum();
+        return Ok(Pruned {
+            packs_deleted: delete.len() + rewrite.len(),
+            packs_rewritten: rewrite.len(),
+            bytes_freed: delete.iter().map(size).sum::<u64>() + rewritten,
+            blobs_kept: seen.len(),
+            dry_run,
+        });
+    }
 
     // Rewrite: copy the live sealed blobs into new packs.
     let mut packer = Packer::default();

@@ -181,20 +181,65 @@ pub struct Scan {
     pub(crate) policy: Arc<dyn Policy>,
 }
 
+/// What a backup of the sources would take and leave out (`backup --dry-run`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Totals {
+    /// Files it would take.
+    pub files: u64,
+    /// Directories it would take (the sources' own included).
+    pub dirs: u64,
+    /// Bytes of those files.
+    pub bytes: u64,
+    /// Entries left out (what is under an excluded directory is not counted).
+    pub excluded: u64,
+    /// Bytes of the files left out.
+    pub excluded_bytes: u64,
+}
+
 impl Scan {
     /// Tells `progress` the size of every file the backup takes. Unreadable entries are
     /// passed over: the backup reports them.
     pub fn run(self, progress: &dyn BackupProgress) {
-        let file = |size| progress.scanned(size);
-        let mut todo: Vec<PathBuf> = self.paths.into_iter().rev().collect();
-        while let Some(path) = todo.pop() {
-            let Ok(m) = fs::symlink_metadata(&path) else {
+        self.walk(&mut |n, pick| {
+            if pick == Pick::Take && n.kind == NodeKind::File {
+                progress.scanned(n.size);
+            }
+        });
+    }
+
+    /// Counts what the backup would take and leave out.
+    pub fn totals(self) -> Totals {
+        let mut t = Totals::default();
+        self.walk(&mut |n, pick| match (pick, n.kind) {
+            (Pick::Skip, _) => {
+                t.excluded += 1;
+                t.excluded_bytes += n.size;
+            }
+            (_, NodeKind::Dir) => t.dirs += 1,
+            (_, NodeKind::File) => {
+                t.files += 1;
+                t.bytes += n.size;
+            }
+            _ => {}
+        });
+        t
+    }
+
+    /// Calls `seen` with every entry under the sources and the policy's pick for it; the
+    /// sources themselves are taken.
+    fn walk(self, seen: &mut dyn FnMut(&Node, Pick)) {
+        let mut todo: Vec<PathBuf> = Vec::new();
+        for p in self.paths.into_iter().rev() {
+            let name = p.file_name().unwrap_or(p.as_os_str()).to_owned();
+            let Ok(n) = node(&p, &name) else {
                 continue;
             };
-            if m.is_file() {
-                file(m.len());
-                continue;
+            seen(&n, Pick::Take);
+            if n.kind == NodeKind::Dir {
+                todo.push(p);
             }
+        }
+        while let Some(path) = todo.pop() {
             let Ok(found) = entries(&path) else {
                 continue;
             };
@@ -202,10 +247,10 @@ impl Scan {
                 let (Ok(n), child) = (n, path.join(&name)) else {
                     continue;
                 };
-                match (self.policy.pick(&child, &n), n.kind) {
-                    (Pick::Take, NodeKind::Dir) => todo.push(child),
-                    (Pick::Take, NodeKind::File) => file(n.size),
-                    _ => {}
+                let pick = self.policy.pick(&child, &n);
+                seen(&n, pick);
+                if pick == Pick::Take && n.kind == NodeKind::Dir {
+                    todo.push(child);
                 }
             }
         }

@@ -344,20 +344,20 @@ async fn forget_then_prune_frees_what_no_kept_snapshot_uses() {
     assert_ne!(old_pack, kept_pack, "each backup wrote its own data pack");
     let packs_before = packs(&store);
 
-    let none = forget::forget(repo.clone(), &forget::Policy::default()).await;
+    let none = forget::forget(repo.clone(), &forget::Policy::default(), &Default::default()).await;
     assert!(matches!(none, Err(Error::Invalid(_))), "{none:?}");
     let policy = forget::Policy {
         last: Some(1),
         ..Default::default()
     };
-    let f = forget::forget(repo.clone(), &policy).await.unwrap();
+    let f = forget::forget(repo.clone(), &policy, &Default::default()).await.unwrap();
     assert_eq!((f.kept, f.removed), (vec![second.id], vec![first.id]));
     let left = snapshot_ids(&repo).await;
     assert_eq!(left, [second.id]);
     // Forget removes snapshots only: the data waits for prune.
     assert_eq!(packs(&store), packs_before);
 
-    let p = prune::prune(repo.clone()).await.unwrap();
+    let p = prune::prune(repo.clone(), false).await.unwrap();
     assert!(p.packs_deleted >= 1, "{p:?}");
     let old_size = store.bytes(&old_pack).map(|b| b.len()).unwrap_or(0);
     assert_eq!(old_size, 0, "the forgotten file's pack is gone");
@@ -385,7 +385,7 @@ async fn forget_then_prune_frees_what_no_kept_snapshot_uses() {
     assert_same_tree(&src, &restored(&target, &src));
 
     // A second prune finds nothing more to do.
-    let again = prune::prune(repo.clone()).await.unwrap();
+    let again = prune::prune(repo.clone(), false).await.unwrap();
     assert_eq!(
         (again.packs_deleted, again.bytes_freed),
         (0, 0),
@@ -471,7 +471,7 @@ async fn damage_is_reported_by_check_and_refused_by_restore() {
         report.errors
     );
     // A prune refuses to work on a damaged repository rather than lose data.
-    let p = prune::prune(repo.clone()).await;
+    let p = prune::prune(repo.clone(), false).await;
     assert!(
         matches!(&p, Err(Error::Invalid(m)) if m.contains("damaged repository")),
         "{p:?}"

@@ -263,15 +263,21 @@ pub struct BackupArgs {
     pub files_from_raw: Vec<PathBuf>,
     #[command(flatten)]
     pub exclude: ExcludeArgs,
+    /// Say what would be backed up and left out (files, bytes); read no file, write nothing.
+    #[arg(long, short = 'n', conflicts_with = "stdin")]
+    pub dry_run: bool,
     /// Back up standard input as one file named --name.
     #[arg(long, requires = "name", conflicts_with = "paths")]
     pub stdin: bool,
     /// The file name for --stdin.
     #[arg(long)]
     pub name: Option<String>,
-    /// Tag the snapshot (repeatable).
-    #[arg(long)]
+    /// Tag the snapshot (repeatable, or comma-separated).
+    #[arg(long, value_delimiter = ',')]
     pub tag: Vec<String>,
+    /// Record the snapshot as made on HOST [default: this host's name].
+    #[arg(long)]
+    pub host: Option<String>,
 }
 
 /// What a backup leaves out; added to the `[backup]` table of ferry.toml.
@@ -309,8 +315,10 @@ pub struct ExcludeArgs {
 /// `ferry restore`.
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
-    /// Snapshot id (a unique prefix) or "latest".
+    /// Snapshot id (a unique prefix) or "latest" (of those --host/--tag/--path choose).
     pub snapshot: String,
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// Directory to restore into (paths are recreated below it).
     #[arg(long)]
     pub target: PathBuf,
@@ -504,9 +512,24 @@ pub struct ForgetArgs {
     /// Keep the newest snapshot of each of the last N years.
     #[arg(long)]
     pub keep_yearly: Option<u32>,
+    /// Keep every snapshot made within DURATION of the group's newest (e.g. 30d, 1y6m, 12h;
+    /// m is months).
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within: Option<String>,
+    /// Keep every snapshot carrying all of TAG[,TAG...] (repeatable: any of the lists).
+    #[arg(long, value_name = "TAG[,TAG]")]
+    pub keep_tag: Vec<String>,
+    /// Judge each group apart: any of host, paths, tags, comma-separated; "" for one group.
+    #[arg(long, default_value = "host,paths")]
+    pub group_by: String,
+    /// Say what would be removed (and pruned); change nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
     /// Prune afterwards.
     #[arg(long)]
     pub prune: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// `ferry init`.

@@ -8,12 +8,13 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use ferry_repo::backup::{path_list, Backup, ListFormat};
 use ferry_repo::exclude::Exclude;
+use ferry_repo::walk::Totals;
 use ferry_transfer::Progress;
 
 use crate::cli::{BackupArgs, OverwriteArg, RestoreArgs};
 use crate::cmd::repo::open;
 use crate::ctx::Ctx;
-use crate::output::BarProgress;
+use crate::output::{BarProgress, Output};
 
 pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();
@@ -28,8 +29,18 @@ pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
             Backup::paths(&sources(args)?, args.tag.clone(), exclude)?
         }
     };
+    let job = match &args.host {
+        Some(h) if h.trim().is_empty() => bail!("--host: an empty hostname"),
+        Some(h) => job.host(h.clone()),
+        None => job,
+    };
     let repo = open(g, stores).await?;
     tracing::debug!(ms = started.elapsed().as_millis(), "repository open");
+    if args.dry_run {
+        let scan = job.scan().expect("clap refuses --dry-run with --stdin");
+        let t = tokio::task::spawn_blocking(move || scan.totals()).await?;
+        return dry_run(&t, out);
+    }
     let progress = BarProgress::new(out);
     // The scan costs a second walk of the tree: only a drawn bar needs its totals.
     if let (true, Some(scan)) = (progress.bar.is_drawn(), job.scan()) {
@@ -90,6 +101,25 @@ pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+fn dry_run(t: &Totals, out: &Output) -> Result<()> {
+    if out.json {
+        println!(
+            "{}",
+            serde_json::json!({"dry_run": true, "would_back_up": t})
+        );
+    } else {
+        eprintln!(
+            "would back up {} files and {} directories, {:.1} MB; {} excluded ({:.1} MB)",
+            t.files,
+            t.dirs,
+            t.bytes as f64 / 1e6,
+            t.excluded,
+            t.excluded_bytes as f64 / 1e6
+        );
+    }
+    Ok(())
+}
+
 /// The paths given, then those of every --files-from list; an empty list is refused (it
 /// would back up nothing, and was surely not meant so).
 fn sources(args: &BackupArgs) -> Result<Vec<PathBuf>> {
@@ -129,7 +159,9 @@ pub async fn restore(args: &RestoreArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();
     let started = Instant::now();
     let repo = open(g, stores).await?;
-    let (id, snap) = repo.snapshot(&args.snapshot).await?;
+    let (id, snap) = repo
+        .snapshot_in(&args.snapshot, &args.filter.filter())
+        .await?;
     let progress = BarProgress::new(out);
     progress.bar.add_total(snap.summary.total_bytes);
     use ferry_repo::restorer::{Options, Overwrite, Select};

@@ -1,9 +1,9 @@
 //! `ferry check`, `ferry forget`, `ferry prune`.
 
 use anyhow::{bail, Result};
-use ferry_repo::forget::Policy;
+use ferry_repo::forget::{parse_within, GroupBy, Policy, Scope};
 
-use crate::cli::{CheckArgs, ForgetArgs, PruneArgs};
+use crate::cli::{CheckArgs, FilterArgs, ForgetArgs, PruneArgs};
 use crate::cmd::repo::{open, open_uncached};
 use crate::ctx::Ctx;
 use crate::output::Output;
@@ -60,44 +60,66 @@ pub async fn forget(args: &ForgetArgs, ctx: &mut Ctx) -> Result<()> {
         weekly: args.keep_weekly,
         monthly: args.keep_monthly,
         yearly: args.keep_yearly,
+        within: args.keep_within.as_deref().map(parse_within).transpose()?,
+        tags: FilterArgs {
+            tags: args.keep_tag.clone(),
+            ..Default::default()
+        }
+        .filter()
+        .tags,
+    };
+    let scope = Scope {
+        filter: args.filter.filter(),
+        group_by: GroupBy::parse(&args.group_by)?,
+        dry_run: args.dry_run,
     };
     let repo = open(g, stores).await?;
-    let f = ferry_repo::forget::forget(repo.clone(), &policy).await?;
+    let f = ferry_repo::forget::forget(repo.clone(), &policy, &scope).await?;
+    let would = if f.dry_run { "would remove" } else { "removed" };
     if out.json {
         println!(
             "{}",
-            serde_json::json!({"kept": f.kept, "removed": f.removed})
+            serde_json::json!({"kept": f.kept, "removed": f.removed, "dry_run": f.dry_run})
         );
     } else {
+        for id in &f.removed {
+            eprintln!("{would} snapshot {}", id.short());
+        }
         eprintln!(
-            "kept {} snapshots, removed {}",
+            "kept {} snapshots, {would} {}",
             f.kept.len(),
             f.removed.len()
         );
     }
     if args.prune {
-        prune_repo(repo, out).await?;
+        prune_repo(repo, args.dry_run, out).await?;
     }
     Ok(())
 }
 
 pub async fn prune(args: &PruneArgs, ctx: &mut Ctx) -> Result<()> {
-    let _ = args.dry_run;
     let repo = open(&ctx.global, &mut ctx.stores).await?;
-    prune_repo(repo, &ctx.out).await
+    prune_repo(repo, args.dry_run, &ctx.out).await
 }
 
-async fn prune_repo(repo: std::sync::Arc<ferry_repo::Repo>, out: &Output) -> Result<()> {
-    let p = ferry_repo::prune::prune(repo).await?;
+async fn prune_repo(
+    repo: std::sync::Arc<ferry_repo::Repo>, dry_run: bool, out: &Output,
+) -> Result<()> {
+    let p = ferry_repo::prune::prune(repo, dry_run).await?;
     if out.json {
         println!(
             "{}",
             serde_json::json!({"packs_deleted": p.packs_deleted, "packs_rewritten": p.packs_rewritten,
-                "bytes_freed": p.bytes_freed, "blobs_kept": p.blobs_kept})
+                "bytes_freed": p.bytes_freed, "blobs_kept": p.blobs_kept, "dry_run": p.dry_run})
         );
     } else {
         eprintln!(
-            "pruned: {} packs deleted ({} rewritten), {:.1} MB freed, {} blobs kept",
+            "{}: {} packs deleted ({} rewritten), {:.1} MB freed, {} blobs kept",
+            if p.dry_run {
+                "prune would do"
+            } else {
+                "pruned"
+            },
             p.packs_deleted,
             p.packs_rewritten,
             p.bytes_freed as f64 / 1e6,

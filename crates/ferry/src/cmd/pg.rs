@@ -219,7 +219,7 @@ async fn expire(a: &PgExpireArgs, ctx: &mut Ctx) -> Result<()> {
     let pruned = if a.dry_run || e.backups.is_empty() {
         None
     } else {
-        Some(ferry_repo::prune::prune(repo.clone()).await?)
+        Some(ferry_repo::prune::prune(repo.clone(), false).await?)
     };
     if out.json {
         println!(
