@@ -131,8 +131,79 @@ pub async fn used_blobs(
     (used, problems)
 }
 
-/// Checks the repository.
+/// Which packs `check` reads whole.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReadData {
+    /// None: sizes and the index only.
+    No,
+    /// Every pack.
+    All,
+    /// Group `n` of `t` (1-based): each pack falls in one group by its id, so `1/t` to
+    /// `t/t` on successive runs read everything once (restic's `--read-data-subset n/t`).
+    Group(u32, u32),
+    /// A random share of the packs, at least one when there are any.
+    Share(f64),
+}
+
+impl ReadData {
+    /// Parses `n/t` or `x%`.
+    pub fn parse_subset(s: &str) -> Result<ReadData> {
+        let bad = || {
+            ferry_transfer::Error::Invalid(format!(
+                "--read-data-subset '{s}': use n/t (1 <= n <= t) or a percentage (5%)"
+            ))
+        };
+        if let Some(p) = s.strip_suffix('%') {
+            let x: f64 = p.trim().parse().map_err(|_| bad())?;
+            return match x > 0.0 && x <= 100.0 {
+                true => Ok(ReadData::Share(x / 100.0)),
+                false => Err(bad()),
+            };
+        }
+        let (n, t) = s.split_once('/').ok_or_else(bad)?;
+        let (n, t): (u32, u32) = (n.parse().map_err(|_| bad())?, t.parse().map_err(|_| bad())?);
+        match n >= 1 && n <= t {
+            true => Ok(ReadData::Group(n, t)),
+            false => Err(bad()),
+        }
+    }
+
+    /// The packs of `all` to read.
+    fn choose<'a, T>(&self, all: Vec<&'a (Id, T)>) -> Vec<&'a (Id, T)> {
+        match *self {
+            ReadData::No => Vec::new(),
+            ReadData::All => all,
+            ReadData::Group(n, t) => all
+                .into_iter()
+                .filter(|(id, _)| {
+                    let v = u32::from_le_bytes([id.0[0], id.0[1], id.0[2], id.0[3]]);
+                    v % t == n - 1
+                })
+                .collect(),
+            ReadData::Share(x) => {
+                use rand::seq::SliceRandom;
+                let want = ((all.len() as f64 * x).ceil() as usize).min(all.len());
+                let mut all = all;
+                all.shuffle(&mut rand::rng());
+                all.truncate(want);
+                all
+            }
+        }
+    }
+}
+
+/// Checks the repository; with `read_data`, reads every pack.
 pub async fn check(repo: &Repo, read_data: bool) -> Result<Report> {
+    let which = if read_data {
+        ReadData::All
+    } else {
+        ReadData::No
+    };
+    check_reading(repo, which).await
+}
+
+/// Checks the repository, reading whole the packs `read` chooses.
+pub async fn check_reading(repo: &Repo, read: ReadData) -> Result<Report> {
     let mut r = Report::default();
     let marker = repo.read(&repo.path("ferry-repo")).await?;
     if marker != crate::repo::marker_text(repo.config.version).as_bytes() {
@@ -181,11 +252,12 @@ pub async fn check(repo: &Repo, read_data: bool) -> Result<Report> {
     let (_, problems) = used_blobs(repo, &index, &snaps).await;
     r.errors.extend(problems);
 
-    if read_data {
+    if read != ReadData::No {
         let present: Vec<&(Id, Vec<crate::pack::Entry>)> = by_pack
             .iter()
             .filter(|(p, _)| stored.contains_key(p))
             .collect();
+        let present = read.choose(present);
         let results: Vec<Vec<String>> = futures::stream::iter(present)
             .map(|(pack, entries)| async move {
                 let mut errs = Vec::new();

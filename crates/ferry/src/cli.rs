@@ -361,6 +361,10 @@ pub struct CheckArgs {
     /// Also read every pack and check every blob.
     #[arg(long)]
     pub read_data: bool,
+    /// Read only some packs: group n of t (`1/10`; `1/10` to `10/10` on ten runs read all
+    /// once) or a random share (`5%`).
+    #[arg(long, value_name = "n/t|x%", conflicts_with = "read_data")]
+    pub read_data_subset: Option<String>,
 }
 
 /// Which snapshots a command considers (restic's --host, --tag, --path).

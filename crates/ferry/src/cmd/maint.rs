@@ -1,6 +1,7 @@
 //! `ferry check`, `ferry forget`, `ferry prune`.
 
 use anyhow::{bail, Result};
+use ferry_repo::checker::ReadData;
 use ferry_repo::forget::{parse_within, GroupBy, Policy, Scope};
 
 use crate::cli::{CheckArgs, FilterArgs, ForgetArgs, PruneArgs};
@@ -10,9 +11,14 @@ use crate::output::Output;
 
 pub async fn check(args: &CheckArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();
+    let read = match (&args.read_data_subset, args.read_data) {
+        (Some(s), _) => ReadData::parse_subset(s)?,
+        (None, true) => ReadData::All,
+        (None, false) => ReadData::No,
+    };
     let repo = open_uncached(g, stores).await?;
-    let mut r = ferry_repo::checker::check(&repo, args.read_data).await?;
-    let wal = ferry_pg::walview::audit(&repo, args.read_data).await?;
+    let mut r = ferry_repo::checker::check_reading(&repo, read).await?;
+    let wal = ferry_pg::walview::audit(&repo, read == ReadData::All).await?;
     r.errors.extend(wal.into_iter().map(|f| f.problem));
     if out.json {
         println!(
@@ -32,10 +38,10 @@ pub async fn check(args: &CheckArgs, ctx: &mut Ctx) -> Result<()> {
             r.snapshots,
             r.packs,
             r.blobs,
-            if args.read_data {
-                " (all data read)"
-            } else {
-                ""
+            match read {
+                ReadData::No => String::new(),
+                ReadData::All => " (all data read)".into(),
+                _ => format!(" ({} packs read)", r.packs_read),
             },
             r.errors.len(),
             r.warnings.len()
