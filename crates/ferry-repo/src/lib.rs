@@ -26,6 +26,7 @@ pub mod pack;
 pub mod pattern;
 pub mod policy;
 pub mod prune;
+pub mod repair;
 pub mod repo;
 pub mod restorer;
 pub mod snapshot;

@@ -133,6 +133,8 @@ pub enum Command {
     Unlock(UnlockArgs),
     /// How much the snapshots hold: restored size, or the data they use in the repository.
     Stats(StatsArgs),
+    /// Mend a damaged repository.
+    Repair(RepairArgs),
     /// Manage repository keys.
     Key(KeyArgs),
     /// Archive one WAL file: archive_command = 'ferry wal-push %p'.
@@ -493,6 +495,20 @@ pub struct StatsArgs {
     pub mode: StatsMode,
     #[command(flatten)]
     pub filter: FilterArgs,
+}
+
+/// `ferry repair`.
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    #[command(subcommand)]
+    pub cmd: RepairCmd,
+}
+
+/// What `ferry repair` mends.
+#[derive(Debug, Subcommand)]
+pub enum RepairCmd {
+    /// Rebuild the index from the packs' own headers (lost or damaged index files).
+    Index,
 }
 
 /// `ferry forget`.

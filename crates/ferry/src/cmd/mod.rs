@@ -8,6 +8,7 @@ pub mod ls;
 pub mod maint;
 pub mod manage;
 pub mod pg;
+pub mod repair;
 pub mod repo;
 pub mod wal;
 
