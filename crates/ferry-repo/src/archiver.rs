@@ -860,6 +860,48 @@ impl Archiver {
         self: &Arc<Self>, root: Id, paths: Vec<String>, parent: Option<Id>, tags: Vec<String>,
         extra: Option<serde_json::Value>,
     ) -> Result<Outcome> {
+        let (summary, errors) = self.flush().await?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let snapshot = Snapshot {
+            time: now.as_secs() as i64,
+            nanos: now.subsec_nanos(),
+            hostname: self.host.get().cloned().unwrap_or_else(hostname),
+            paths,
+            tags,
+            tree: root,
+            parent,
+            summary,
+            start: Some(self.start_ns()),
+            extra,
+        };
+        let id = self
+            .repo
+            .save_file(
+                Kind::Snapshot,
+                &serde_json::to_vec(&snapshot).expect("serializable"),
+            )
+            .await?;
+        Ok(Outcome {
+            id,
+            snapshot,
+            errors,
+        })
+    }
+
+    /// Writes `snapshot` as it is, once what this archiver stored is uploaded and indexed:
+    /// for a snapshot made again from another (`repair snapshots`), which keeps its time,
+    /// host and counts.
+    pub async fn commit_snapshot(self: &Arc<Self>, snapshot: &Snapshot) -> Result<Id> {
+        self.flush().await?;
+        let body = serde_json::to_vec(snapshot).expect("serializable");
+        self.repo.save_file(Kind::Snapshot, &body).await
+    }
+
+    /// Uploads the packs still open, waits for every upload, and indexes what is not yet:
+    /// the counts and errors of the run.
+    async fn flush(self: &Arc<Self>) -> Result<(Summary, Vec<String>)> {
         let (data, tree) = {
             let mut st = self.state.lock().expect("state");
             (std::mem::take(&mut st.data), std::mem::take(&mut st.tree))
@@ -890,32 +932,6 @@ impl Archiver {
                 .save_file(Kind::Index, &index::encode(&rest))
                 .await?;
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let snapshot = Snapshot {
-            time: now.as_secs() as i64,
-            nanos: now.subsec_nanos(),
-            hostname: self.host.get().cloned().unwrap_or_else(hostname),
-            paths,
-            tags,
-            tree: root,
-            parent,
-            summary,
-            start: Some(self.start_ns()),
-            extra,
-        };
-        let id = self
-            .repo
-            .save_file(
-                Kind::Snapshot,
-                &serde_json::to_vec(&snapshot).expect("serializable"),
-            )
-            .await?;
-        Ok(Outcome {
-            id,
-            snapshot,
-            errors,
-        })
+        Ok((summary, errors))
     }
 }

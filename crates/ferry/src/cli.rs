@@ -509,6 +509,21 @@ pub struct RepairArgs {
 pub enum RepairCmd {
     /// Rebuild the index from the packs' own headers (lost or damaged index files).
     Index,
+    /// Write snapshots that name lost data again without it (after `repair index`).
+    Snapshots(RepairSnapshotsArgs),
+}
+
+/// `ferry repair snapshots`.
+#[derive(Debug, Args)]
+pub struct RepairSnapshotsArgs {
+    /// Remove each original once its repaired copy is written.
+    #[arg(long)]
+    pub forget: bool,
+    /// Say what would go; write nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// `ferry forget`.

@@ -16,6 +16,7 @@ trait Raw {
     fn keys(&self, prefix: &str) -> Vec<String>;
     fn delete(&self, key: &str);
     fn cut_tail(&self, key: &str, n: usize);
+    fn len(&self, key: &str) -> u64;
 }
 
 struct Disk(std::path::PathBuf);
@@ -42,6 +43,9 @@ impl Raw for Disk {
     }
     fn delete(&self, key: &str) {
         std::fs::remove_file(self.0.join(key)).unwrap();
+    }
+    fn len(&self, key: &str) -> u64 {
+        std::fs::metadata(self.0.join(key)).unwrap().len()
     }
     fn cut_tail(&self, key: &str, n: usize) {
         let p = self.0.join(key);
@@ -71,6 +75,12 @@ impl Raw for Bucket {
         self.2
             .block_on(self.0.delete(&format!("{}/{key}", self.1)))
             .unwrap();
+    }
+    fn len(&self, key: &str) -> u64 {
+        self.2
+            .block_on(self.0.head(&format!("{}/{key}", self.1)))
+            .unwrap()
+            .size
     }
     fn cut_tail(&self, key: &str, n: usize) {
         let k = format!("{}/{key}", self.1);
@@ -162,5 +172,103 @@ fn repair_index_minio() {
     );
     let dir = scratch("repair-s3");
     repaired(&repo, &raw, &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn snapshots_mended(repo: &Repo, raw: &dyn Raw, dir: &Path) {
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    for i in 0..6u64 {
+        let data = ferry_testkit::random_bytes(6 << 20, 100 + i);
+        std::fs::write(src.join(format!("sub/f{i}")), data).unwrap();
+    }
+    std::fs::write(src.join("small"), b"small").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    repo.ok(&["init"]);
+    repo.ok(&["backup", src.to_str().unwrap(), "--tag", "nightly"]);
+    // A data pack is lost (the largest: tree packs are small).
+    let mut packs = raw.keys("data");
+    packs.sort_by_key(|k| raw.len(k));
+    raw.delete(packs.last().unwrap());
+    assert_eq!(raw.keys("data").len(), packs.len() - 1);
+    repo.ok(&["repair", "index"]);
+    assert!(!repo.run(&["--no-cache", "check"], &[]).status.success());
+
+    let before = repo.ok(&["--json", "snapshots"]);
+    let dry = repo.ok(&["--json", "repair", "snapshots", "--dry-run"]);
+    let dropped: Vec<String> = dry["dropped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_string())
+        .collect();
+    assert!(!dropped.is_empty(), "{dry}");
+    assert_eq!(repo.ok(&["--json", "snapshots"]), before, "a dry run wrote");
+
+    let r = repo.ok(&["--json", "repair", "snapshots", "--forget"]);
+    assert_eq!(r["repaired"].as_array().unwrap().len(), 1, "{r}");
+    let after = repo.ok(&["--json", "snapshots"]);
+    let snaps = after.as_array().unwrap();
+    assert_eq!(snaps.len(), 1, "{after}");
+    assert_eq!(snaps[0]["tags"], serde_json::json!(["nightly", "repaired"]));
+    assert_eq!(
+        snaps[0]["time"], before[0]["time"],
+        "the snapshot keeps its time"
+    );
+    repo.ok(&["--no-cache", "check", "--read-data"]);
+
+    // What survived restores byte-identical; what went is what was said to go.
+    let out = dir.join("out");
+    repo.ok(&["restore", "latest", "--target", out.to_str().unwrap()]);
+    let back = out.join(src.strip_prefix("/").unwrap());
+    let mut kept = 0;
+    for rel in (0..6)
+        .map(|i| format!("sub/f{i}"))
+        .chain(["small".to_string()])
+    {
+        kept += usize::from(back.join(&rel).exists());
+        let said = dropped.iter().any(|d| d.contains(&format!("/{rel}:")));
+        match back.join(&rel).exists() {
+            true => assert!(ferry_testkit::same_file(&src.join(&rel), &back.join(&rel))),
+            false => assert!(said, "{rel} went unreported: {dropped:?}"),
+        }
+        assert!(
+            !(said && back.join(&rel).exists()),
+            "{rel} reported but restored"
+        );
+    }
+    assert!(
+        kept > 0,
+        "a lost pack took everything: the test needs several data packs"
+    );
+}
+
+#[test]
+fn repair_snapshots_local() {
+    let dir = scratch("repsnap-local");
+    let repo = Repo::local(&dir);
+    snapshots_mended(&repo, &Disk(dir.join("repo")), &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn repair_snapshots_minio() {
+    let Some(repo) = Repo::s3() else { return };
+    let cfg = ferry_testkit::s3().unwrap();
+    let bucket = repo
+        .url
+        .strip_prefix("s3://")
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let raw = Bucket(
+        Arc::new(CloudStore::s3(&cfg, bucket).unwrap()),
+        "repo".into(),
+        rt,
+    );
+    let dir = scratch("repsnap-s3");
+    snapshots_mended(&repo, &raw, &dir);
     std::fs::remove_dir_all(dir).unwrap();
 }
