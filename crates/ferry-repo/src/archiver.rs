@@ -120,6 +120,8 @@ pub trait BackupProgress: Send + Sync {
     fn done(&self, _bytes: u64) {}
     /// A whole file was backed up.
     fn file_done(&self) {}
+    /// A file starts being read (for a progress line that names it).
+    fn file_started(&self, _path: &Path) {}
 }
 
 /// A [`BackupProgress`] that ignores everything.
@@ -462,6 +464,7 @@ impl Archiver {
     /// Reads a file's content and xattrs into its `node`; blocking. `None` when it vanished
     /// or could not be read (reported).
     fn read_file(self: &Arc<Self>, path: &Path, mut node: Node) -> Option<Node> {
+        self.progress.file_started(path);
         let xattrs = walk::xattrs_of(path);
         match self.save_content(path, node.size) {
             Ok((ids, read)) => {

@@ -1,8 +1,8 @@
 //! What the commands print: the closing summary (JSON or one line) and the progress bar.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -14,6 +14,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub struct Output {
     pub json: bool,
     pub progress: bool,
+    /// With `--json`: status lines on stdout while a backup or restore runs (not `--quiet`).
+    pub status_lines: bool,
 }
 
 impl Output {
@@ -22,6 +24,7 @@ impl Output {
         Self {
             json: g.json,
             progress: !g.quiet && !g.json,
+            status_lines: g.json && !g.quiet,
         }
     }
 
@@ -58,7 +61,7 @@ impl Bar {
         let bar = ProgressBar::with_draw_target(Some(0), target);
         bar.set_style(
             ProgressStyle::with_template(
-                "{msg} {bytes:>10}/{total_bytes:<10} {wide_bar} {binary_bytes_per_sec:>12} ETA {eta}",
+                "{bytes:>10}/{total_bytes:<10} {wide_bar} {binary_bytes_per_sec:>12} ETA {eta}\n{wide_msg}",
             )
             .expect("static template"),
         );
@@ -79,10 +82,11 @@ impl Bar {
         }
     }
 
-    /// Shows `done` of `total` files beside the bytes.
-    pub fn files(&self, done: u64, total: u64) {
+    /// Shows `done` of `total` files and the file being read, under the bytes.
+    pub fn files(&self, done: u64, total: u64, current: &str) {
         if !self.0.is_hidden() {
-            self.0.set_message(format!("{done}/{total} files"));
+            self.0
+                .set_message(format!("{done}/{total} files  {current}"));
         }
     }
 
@@ -124,34 +128,107 @@ pub fn summary_json(r: &Report, seconds: f64, failed: u64) -> serde_json::Value 
     v
 }
 
-/// The progress bar backups and restores draw.
+/// The progress backups and restores show: a bar on a terminal, or with `--json` a status
+/// line on stdout every second, as restic's `message_type: "status"` lines.
 pub(crate) struct BarProgress {
     pub(crate) bar: Bar,
     files: AtomicU64,
     files_total: AtomicU64,
+    bytes: AtomicU64,
+    bytes_total: AtomicU64,
+    current: Mutex<String>,
+    started: Instant,
+    /// The status ticker (with `--json`): stopped and joined by [`BarProgress::finish`].
+    ticker: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
 }
 
 impl BarProgress {
     pub(crate) fn new(out: &Output) -> Arc<Self> {
-        Arc::new(BarProgress {
+        let p = Arc::new(BarProgress {
             bar: Bar::new(out.progress),
             files: AtomicU64::new(0),
             files_total: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            bytes_total: AtomicU64::new(0),
+            current: Mutex::new(String::new()),
+            started: Instant::now(),
+            ticker: Mutex::new(None),
+        });
+        if out.json && out.status_lines {
+            let stop = Arc::new(AtomicBool::new(false));
+            let (me, s2) = (Arc::downgrade(&p), stop.clone());
+            let t = std::thread::spawn(move || loop {
+                std::thread::sleep(STATUS_EVERY);
+                match (s2.load(Ordering::Relaxed), me.upgrade()) {
+                    (false, Some(p)) => println!("{}", p.status()),
+                    _ => return,
+                }
+            });
+            *p.ticker.lock().expect("ticker") = Some((stop, t));
+        }
+        p
+    }
+
+    /// True when totals are worth a scan of the sources: a bar or status lines show them.
+    pub(crate) fn wants_totals(&self) -> bool {
+        self.bar.is_drawn() || self.ticker.lock().expect("ticker").is_some()
+    }
+
+    /// A status line: done of total, the share done, the file being read.
+    fn status(&self) -> serde_json::Value {
+        let (bytes, total) = (
+            self.bytes.load(Ordering::Relaxed),
+            self.bytes_total.load(Ordering::Relaxed),
+        );
+        let current = self.current.lock().expect("current").clone();
+        serde_json::json!({
+            "message_type": "status",
+            "seconds_elapsed": self.started.elapsed().as_secs(),
+            "percent_done": if total == 0 { 0.0 } else { (bytes as f64 / total as f64).min(1.0) },
+            "total_files": self.files_total.load(Ordering::Relaxed),
+            "files_done": self.files.load(Ordering::Relaxed),
+            "total_bytes": total,
+            "bytes_done": bytes,
+            "current_files": if current.is_empty() { vec![] } else { vec![current] },
         })
     }
+
+    /// Adds `bytes` to the total (a restore knows its total from the snapshot).
+    pub(crate) fn add_total(&self, bytes: u64) {
+        self.bar.add_total(bytes);
+        self.bytes_total.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Removes the bar and stops the status lines, before the summary is printed.
+    pub(crate) fn finish(&self) {
+        self.bar.finish();
+        if let Some((stop, t)) = self.ticker.lock().expect("ticker").take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = t.join();
+        }
+    }
 }
+
+/// How often `--json` prints a status line.
+const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl BackupProgress for BarProgress {
     fn scanned(&self, bytes: u64) {
         self.bar.add_total(bytes);
+        self.bytes_total.fetch_add(bytes, Ordering::Relaxed);
         self.files_total.fetch_add(1, Ordering::Relaxed);
     }
     fn done(&self, bytes: u64) {
         self.bar.advance(bytes);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
     fn file_done(&self) {
         let done = self.files.fetch_add(1, Ordering::Relaxed) + 1;
         let total = self.files_total.load(Ordering::Relaxed).max(done);
-        self.bar.files(done, total);
+        let current = self.current.lock().expect("current").clone();
+        self.bar.files(done, total, &current);
+    }
+    fn file_started(&self, path: &std::path::Path) {
+        *self.current.lock().expect("current") = path.display().to_string();
     }
 }

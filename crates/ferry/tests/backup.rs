@@ -175,3 +175,47 @@ fn fresh_files_are_read_again() {
     assert_eq!(fourth["summary"]["files_read"], 0, "{fourth}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `--json` prints restic-style status lines while a backup runs, then the summary: here a
+/// producer that takes three seconds holds the backup open past the one-second tick.
+#[test]
+fn json_status_lines_then_a_summary() {
+    let dir = scratch("bk-status");
+    let repo = Repo::local(&dir);
+    repo.ok(&["init"]);
+    let mut child = repo
+        .cmd(&["--json", "backup", "--stdin", "--name", "slow"], &[])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        for i in 0..4u64 {
+            let piece = ferry_testkit::random_bytes(1 << 20, i);
+            std::io::Write::write_all(&mut pipe, &piece).unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    assert!(out.status.success(), "{}", repokit::stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (summary, status) = lines.split_last().unwrap();
+    assert_eq!(summary["message_type"], "summary", "{text}");
+    assert_eq!(summary["summary"]["total_bytes"], 4 << 20, "{text}");
+    assert!(!status.is_empty(), "no status line in a 4 s backup: {text}");
+    let mut last = 0;
+    for s in status {
+        assert_eq!(s["message_type"], "status", "{s}");
+        let done = s["bytes_done"].as_u64().unwrap();
+        assert!(done >= last && done <= 4 << 20, "{s}");
+        last = done;
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -14,7 +14,16 @@ use walkit::{ferry_script, stderr, tail, Repo, Rig, PASSWORD, T};
 
 fn ok_json(o: &Output, what: &str) -> Value {
     assert!(o.status.success(), "{what}: {}", stderr(o));
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{what}: {e}: {}", stderr(o)))
+    // Status lines (one a second of a long run) may come before the summary, the last line.
+    let text = String::from_utf8_lossy(&o.stdout);
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    serde_json::from_slice(&o.stdout)
+        .or_else(|_| serde_json::from_str(last))
+        .unwrap_or_else(|e| panic!("{what}: {e}: {}", stderr(o)))
 }
 
 /// The rig's cluster with a table `k` whose rows carry a marker no stored byte may show.

@@ -9,7 +9,6 @@ use anyhow::{bail, Context, Result};
 use ferry_repo::backup::{path_list, Backup, ListFormat};
 use ferry_repo::exclude::Exclude;
 use ferry_repo::walk::Totals;
-use ferry_transfer::Progress;
 
 use crate::cli::{BackupArgs, OverwriteArg, RestoreArgs};
 use crate::cmd::repo::open;
@@ -43,12 +42,12 @@ pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
     }
     let progress = BarProgress::new(out);
     // The scan costs a second walk of the tree: only a drawn bar needs its totals.
-    if let (true, Some(scan)) = (progress.bar.is_drawn(), job.scan()) {
+    if let (true, Some(scan)) = (progress.wants_totals(), job.scan()) {
         let p = progress.clone();
         std::thread::spawn(move || scan.run(p.as_ref()));
     }
     let outcome = job.run(&repo, progress.clone()).await?;
-    progress.bar.finish();
+    progress.finish();
     tracing::debug!(ms = started.elapsed().as_millis(), "snapshot saved");
     let s = &outcome.snapshot.summary;
     let secs = started.elapsed().as_secs_f64();
@@ -56,6 +55,7 @@ pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
         println!(
             "{}",
             serde_json::json!({
+                "message_type": "summary",
                 "snapshot": outcome.id, "summary": s, "seconds": secs,
                 "errors": outcome.errors,
                 "new_fraction": if s.bytes_read == 0 { 0.0 } else { s.bytes_new as f64 / s.bytes_read as f64 },
@@ -163,7 +163,7 @@ pub async fn restore(args: &RestoreArgs, ctx: &mut Ctx) -> Result<()> {
         .snapshot_in(&args.snapshot, &args.filter.filter())
         .await?;
     let progress = BarProgress::new(out);
-    progress.bar.add_total(snap.summary.total_bytes);
+    progress.add_total(snap.summary.total_bytes);
     use ferry_repo::restorer::{Options, Overwrite, Select};
     let opts = Options {
         include: args.paths.clone(),
@@ -179,7 +179,7 @@ pub async fn restore(args: &RestoreArgs, ctx: &mut Ctx) -> Result<()> {
     let work =
         ferry_repo::restorer::restore(repo.clone(), &snap, &args.target, &opts, progress.clone());
     let done = work.await?;
-    progress.bar.finish();
+    progress.finish();
     let secs = started.elapsed().as_secs_f64();
     if out.json {
         println!(

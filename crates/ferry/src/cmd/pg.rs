@@ -49,7 +49,7 @@ async fn backup(a: &PgBackupArgs, ctx: &mut Ctx) -> Result<()> {
         full: a.full,
     };
     let res = ferry_pg::backup::backup(repo.clone(), &opts, progress.clone()).await;
-    progress.bar.finish();
+    progress.finish();
     let done = res?;
     let s = &done.snapshot.summary;
     let b = &done.record;
@@ -137,7 +137,7 @@ async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
         restore_command: restore_command.clone(),
     };
     let res = ferry_pg::restore::restore(repo.clone(), &opts, progress.clone()).await;
-    progress.bar.finish();
+    progress.finish();
     let r = res?;
     let secs = started.elapsed().as_secs_f64();
     if out.json {

@@ -72,8 +72,22 @@ impl Repo {
             "ferry {args:?} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+        last_json(&out.stdout)
     }
+}
+
+/// What a `--json` run printed: the whole of stdout, or its last line when status lines
+/// (one JSON object a line, each second of a long backup or restore) came before it.
+pub fn last_json(stdout: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(stdout).unwrap_or_else(|_| {
+        let text = String::from_utf8_lossy(stdout);
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        serde_json::from_str(last).unwrap_or(serde_json::Value::Null)
+    })
 }
 
 /// stderr as text.
