@@ -135,6 +135,8 @@ pub enum Command {
     Stats(StatsArgs),
     /// Mend a damaged repository.
     Repair(RepairArgs),
+    /// Browse the snapshots read-only through FUSE until Ctrl-C.
+    Mount(MountArgs),
     /// Manage repository keys.
     Key(KeyArgs),
     /// Archive one WAL file: archive_command = 'ferry wal-push %p'.
@@ -493,6 +495,15 @@ pub struct StatsArgs {
     pub snapshots: Vec<String>,
     #[arg(long, value_enum, default_value_t = StatsMode::RestoreSize)]
     pub mode: StatsMode,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `ferry mount`.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// An existing empty directory to mount on.
+    pub mountpoint: PathBuf,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

@@ -7,6 +7,7 @@ pub mod key;
 pub mod ls;
 pub mod maint;
 pub mod manage;
+pub mod mount;
 pub mod pg;
 pub mod repair;
 pub mod repo;

@@ -1,0 +1,168 @@
+//! The FUSE side: lookups, attributes, listings, links and reads, answered from the inode
+//! table and the repository. FUSE calls come on fuser's threads; the repository is async,
+//! so each call that needs it blocks on the runtime it was given.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferry_repo::index::Index;
+use ferry_repo::Repo;
+use fuser::{
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
+    ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, ReplyOpen, Request,
+};
+
+use crate::content::Blobs;
+use crate::inodes::{entry_name, node_inode, Inode, What};
+
+/// Nothing in a snapshot changes: the kernel may keep what it was told.
+const TTL: Duration = Duration::from_secs(3600);
+
+/// The mounted repository.
+pub(crate) struct RepoFs {
+    pub(crate) repo: Arc<Repo>,
+    pub(crate) index: Arc<Index>,
+    pub(crate) rt: tokio::runtime::Handle,
+    pub(crate) inodes: Mutex<Vec<Arc<Inode>>>,
+    pub(crate) blobs: Blobs,
+}
+
+impl RepoFs {
+    fn get(&self, ino: INodeNo) -> Option<Arc<Inode>> {
+        let i = u64::from(ino).checked_sub(1)? as usize;
+        self.inodes.lock().expect("inodes").get(i).cloned()
+    }
+
+    /// Adds an inode made by `make` from its number.
+    pub(crate) fn add(&self, make: impl FnOnce(u64) -> Inode) -> u64 {
+        let mut t = self.inodes.lock().expect("inodes");
+        let ino = t.len() as u64 + 1;
+        t.push(Arc::new(make(ino)));
+        ino
+    }
+
+    /// The entries of directory `inode`: a snapshot directory's tree is read on first visit
+    /// (entries with names no file can have are left out).
+    fn children(&self, inode: &Inode) -> Result<BTreeMap<OsString, u64>, Errno> {
+        match &inode.what {
+            What::Made(c) => Ok(c.clone()),
+            What::Tree { id, children } => {
+                if let Some(c) = children.get() {
+                    return Ok(c.clone());
+                }
+                let tree = self
+                    .rt
+                    .block_on(ferry_repo::load_tree(&self.repo, &self.index, id))
+                    .map_err(|e| {
+                        tracing::warn!("tree {}: {e}", id.short());
+                        Errno::EIO
+                    })?;
+                let mut c = BTreeMap::new();
+                for n in tree.nodes {
+                    if let Some(name) = entry_name(&n) {
+                        c.insert(name, self.add(|ino| node_inode(ino, n)));
+                    }
+                }
+                Ok(children.get_or_init(|| c).clone())
+            }
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+}
+
+impl Filesystem for RepoFs {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let Some(dir) = self.get(parent) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let found = self.children(&dir).map(|c| c.get(name).copied());
+        match found {
+            Ok(Some(ino)) => match self.get(INodeNo(ino)) {
+                Some(i) => reply.entry(&TTL, &i.attr, Generation(0)),
+                None => reply.error(Errno::ENOENT),
+            },
+            Ok(None) => reply.error(Errno::ENOENT),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.get(ino) {
+            Some(i) => reply.attr(&TTL, &i.attr),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.get(ino).as_deref().map(|i| &i.what) {
+            Some(What::Link(t)) => reply.data(t),
+            Some(_) => reply.error(Errno::EINVAL),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            return reply.error(Errno::EROFS);
+        }
+        match self.get(ino).as_deref().map(|i| &i.what) {
+            Some(What::File(_)) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Some(What::Other) => reply.error(Errno::EACCES),
+            Some(_) => reply.error(Errno::EISDIR),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn read(
+        &self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32,
+        _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData,
+    ) {
+        let Some(What::File(node)) = self.get(ino).map(|i| match &i.what {
+            What::File(n) => What::File(n.clone()),
+            _ => What::Other,
+        }) else {
+            return reply.error(Errno::EISDIR);
+        };
+        match self.blobs.read(self, &node, offset, size as usize) {
+            Ok(data) => reply.data(&data),
+            Err(e) => {
+                tracing::warn!("read {}: {e}", node.name);
+                reply.error(Errno::EIO)
+            }
+        }
+    }
+
+    fn readdir(
+        &self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(dir) = self.get(ino) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let children = match self.children(&dir) {
+            Ok(c) => c,
+            Err(e) => return reply.error(e),
+        };
+        let dots = [
+            (ino, FileType::Directory, OsString::from(".")),
+            (ino, FileType::Directory, "..".into()),
+        ];
+        let rest = children.into_iter().filter_map(|(name, c)| {
+            let kind = self.get(INodeNo(c))?.attr.kind;
+            Some((INodeNo(c), kind, name))
+        });
+        for (i, (child, kind, name)) in dots
+            .into_iter()
+            .chain(rest)
+            .enumerate()
+            .skip(offset as usize)
+        {
+            if reply.add(child, i as u64 + 1, kind, &name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}

@@ -1,0 +1,191 @@
+//! `ferry mount`: a real FUSE mount of a repository's snapshots, by time, host, tag and id;
+//! files read back byte-identical, links as stored, writes refused; Ctrl-C unmounts and the
+//! command exits cleanly. Needs /dev/fuse: skipped, loudly, only where it is missing (and
+//! never under CI, which has it).
+
+mod repokit;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use repokit::{scratch, Repo};
+
+fn fuse_available() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "/dev/fuse is missing under CI: ferry mount untested"
+    );
+    eprintln!("SKIPPED: /dev/fuse is missing here: ferry mount untested");
+    false
+}
+
+/// True when `p` is a mount point now.
+fn mounted(p: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let p = p.to_str().unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(p))
+}
+
+/// Every file and link under `a` has the same bytes or target under `b`, and nothing more.
+fn same_content(a: &Path, b: &Path) {
+    let mut names: Vec<_> = std::fs::read_dir(a)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let mut other: Vec<_> = std::fs::read_dir(b)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    other.sort();
+    assert_eq!(names, other, "{} vs {}", a.display(), b.display());
+    for n in names {
+        let (x, y) = (a.join(&n), b.join(&n));
+        let m = std::fs::symlink_metadata(&x).unwrap();
+        let t = m.file_type();
+        if t.is_symlink() {
+            assert_eq!(
+                std::fs::read_link(&x).unwrap(),
+                std::fs::read_link(&y).unwrap()
+            );
+        } else if t.is_dir() {
+            same_content(&x, &y);
+        } else if t.is_file() {
+            assert!(ferry_testkit::same_file(&x, &y), "{} differs", y.display());
+            let my = std::fs::symlink_metadata(&y).unwrap();
+            assert_eq!(
+                (m.size(), m.mtime(), m.uid()),
+                (my.size(), my.mtime(), my.uid())
+            );
+        }
+    }
+}
+
+struct Mount {
+    child: Child,
+    at: PathBuf,
+}
+
+impl Mount {
+    fn start(repo: &Repo, at: &Path) -> Mount {
+        std::fs::create_dir_all(at).unwrap();
+        let child = repo
+            .cmd(&["mount", at.to_str().unwrap()], &[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let m = Mount {
+            child,
+            at: at.to_path_buf(),
+        };
+        // Waits for the mount to appear (not a measurement: a bound on a hang).
+        let start = Instant::now();
+        while !mounted(at) {
+            assert!(start.elapsed() < Duration::from_secs(60), "never mounted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        m
+    }
+
+    /// Ctrl-C: the command unmounts and exits 0.
+    fn stop(mut self) {
+        // SAFETY: signals a child this test started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "ferry mount exited {status}");
+        assert!(!mounted(&self.at), "still mounted after Ctrl-C");
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if mounted(&self.at) {
+            let _ = self.child.kill();
+            let _ = std::process::Command::new("fusermount")
+                .arg("-uz")
+                .arg(&self.at)
+                .status();
+        }
+    }
+}
+
+fn browse(repo: &Repo, dir: &Path) {
+    let src = dir.join("src");
+    repokit::corpus(&src, 3 << 20);
+    repo.ok(&["init"]);
+    repo.ok(&[
+        "backup",
+        src.to_str().unwrap(),
+        "--host",
+        "alpha",
+        "--tag",
+        "first",
+    ]);
+    std::fs::write(src.join("added"), b"second").unwrap();
+    let second = repo.ok(&["--json", "backup", src.to_str().unwrap(), "--host", "beta"]);
+    let id = second["snapshot"].as_str().unwrap()[..8].to_string();
+    let rel = src.strip_prefix("/").unwrap();
+
+    let at = dir.join("mnt");
+    let m = Mount::start(repo, &at);
+    let top: Vec<String> = ["hosts", "ids", "snapshots", "tags"]
+        .map(String::from)
+        .to_vec();
+    let mut got: Vec<String> = std::fs::read_dir(&at)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, top);
+    same_content(&src, &at.join("snapshots/latest").join(rel));
+    same_content(&src, &at.join("hosts/beta/latest").join(rel));
+    same_content(&src, &at.join("ids").join(&id).join(rel));
+    // The tagged one is the first: without the file added after it.
+    let first = at.join("tags/first/latest").join(rel);
+    assert!(first.join("big.bin").exists() && !first.join("added").exists());
+    assert!(at
+        .join("hosts/alpha/latest")
+        .join(rel)
+        .join("big.bin")
+        .exists());
+    // Read-only, whoever asks.
+    let w = std::fs::OpenOptions::new()
+        .write(true)
+        .open(at.join("snapshots/latest").join(rel).join("added"));
+    assert!(w.is_err(), "a write was accepted");
+    assert!(std::fs::create_dir(at.join("snapshots/new")).is_err());
+    m.stop();
+}
+
+#[test]
+fn snapshots_browse_read_only_and_ctrl_c_unmounts_local() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = scratch("mount");
+    let repo = Repo::local(&dir);
+    browse(&repo, &dir);
+    let missing = dir.join("nowhere");
+    let out = repo.run(&["mount", missing.to_str().unwrap()], &[]);
+    let err = repokit::stderr(&out);
+    assert!(!out.status.success() && err.contains("nowhere"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn snapshots_browse_read_only_and_ctrl_c_unmounts_minio() {
+    let Some(repo) = Repo::s3() else { return };
+    if !fuse_available() {
+        return;
+    }
+    let dir = scratch("mount-s3");
+    browse(&repo, &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
