@@ -355,7 +355,12 @@ impl Archiver {
         Ok(())
     }
 
-    /// What could not be read so far, with why.
+    /// The counts so far: files, bytes, blobs new to the repository.
+    pub fn summary(&self) -> Summary {
+        self.state.lock().expect("state").summary.clone()
+    }
+
+    /// Paths that could not be read, with why.
     pub fn errors(&self) -> Vec<String> {
         self.state.lock().expect("state").errors.clone()
     }
@@ -430,6 +435,18 @@ impl Archiver {
             nodes.sort_by_key(|a| a.name_bytes());
             let json = serde_json::to_vec(&Tree { nodes }).expect("serializable");
             tokio::task::spawn_blocking(move || me.add_blob(BlobKind::Tree, &json))
+                .await
+                .map_err(|e| Error::Permanent(e.to_string()))?
+        }
+        .boxed()
+    }
+
+    /// Stores one data blob unless the repository has it (`copy` brings blobs over from
+    /// another repository this way, each named again by this repository's key).
+    pub fn save_data(self: &Arc<Self>, plain: Vec<u8>) -> BoxFuture<'static, Result<Id>> {
+        let me = self.clone();
+        async move {
+            tokio::task::spawn_blocking(move || me.add_blob(BlobKind::Data, &plain))
                 .await
                 .map_err(|e| Error::Permanent(e.to_string()))?
         }

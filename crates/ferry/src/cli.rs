@@ -137,6 +137,8 @@ pub enum Command {
     Repair(RepairArgs),
     /// Browse the snapshots read-only through FUSE until Ctrl-C.
     Mount(MountArgs),
+    /// Copy snapshots from another repository into --repo (re-encrypted, deduplicated).
+    Copy(CopyArgs),
     /// Manage repository keys.
     Key(KeyArgs),
     /// Archive one WAL file: archive_command = 'ferry wal-push %p'.
@@ -495,6 +497,21 @@ pub struct StatsArgs {
     pub snapshots: Vec<String>,
     #[arg(long, value_enum, default_value_t = StatsMode::RestoreSize)]
     pub mode: StatsMode,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `ferry copy`.
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// The repository to copy from.
+    #[arg(long, value_name = "URL")]
+    pub from_repo: String,
+    /// File holding the source repository's password [or FERRY_FROM_PASSWORD].
+    #[arg(long, value_name = "FILE")]
+    pub from_password_file: Option<PathBuf>,
+    /// Snapshots to copy (id prefixes or "latest"); none: every one the filter chooses.
+    pub snapshots: Vec<String>,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

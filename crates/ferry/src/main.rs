@@ -69,6 +69,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Stats(a) => cmd::manage::stats(a, ctx).await,
         Command::Repair(a) => cmd::repair::run(&a.cmd, ctx).await,
         Command::Mount(a) => cmd::mount::run(a, ctx).await,
+        Command::Copy(a) => cmd::copy::run(a, ctx).await,
         Command::Key(k) => cmd::key::run(&k.cmd, ctx).await,
         Command::Mkdir(args) => cmd::ls::mkdir(&args.url, ctx).await,
         Command::WalPush(args) => cmd::wal::push_cmd(args, ctx).await,

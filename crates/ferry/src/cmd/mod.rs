@@ -2,6 +2,7 @@
 
 pub mod backup;
 pub mod browse;
+pub mod copy;
 pub mod cp;
 pub mod key;
 pub mod ls;
