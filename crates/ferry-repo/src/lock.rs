@@ -2,9 +2,10 @@
 //!
 //! Backups take a shared lock, prune an exclusive one. Each writes its lock file, then looks
 //! for conflicting ones and backs out if it finds any, so two racing processes cannot both
-//! win (both may lose, and say so). A lock is refreshed every 5 minutes; one older than 30 minutes belongs to a process
-//! that died and is ignored. A backup killed with `kill -9` thus blocks prune for at most 30
-//! minutes, and its packs are left for the next prune.
+//! win (both may lose, and say so). A lock is refreshed every 5 minutes; one older than 30
+//! minutes, or of a process of this host that is gone, belongs to a process that died and
+//! is ignored. A backup killed with `kill -9` on another host thus blocks prune for at most
+//! 30 minutes, and its packs are left for the next prune; [`unlock`] removes such locks.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -56,8 +57,21 @@ async fn others(repo: &Repo, mine: &Id) -> Result<Vec<LockInfo>> {
     Ok(read
         .into_iter()
         .filter_map(|b| serde_json::from_slice::<LockInfo>(&b.ok()?).ok())
-        .filter(|l| now().saturating_sub(l.time) < STALE && !died_here(l))
+        .filter(|l| stale(l).is_none())
         .collect())
+}
+
+/// Why a lock holds nothing, or None when it holds: a process of this host that is gone, or
+/// no refresh for [`STALE`] seconds (a holder on another host refreshes every 5 minutes).
+fn stale(l: &LockInfo) -> Option<String> {
+    let age = now().saturating_sub(l.time);
+    if died_here(l) {
+        Some("its process is gone".into())
+    } else if age >= STALE {
+        Some(format!("not refreshed for {} minutes", age / 60))
+    } else {
+        None
+    }
 }
 
 /// A lock of a process on this host that no longer runs (killed, say) holds nothing.
@@ -168,5 +182,107 @@ impl Lock {
         self.refresher.abort();
         let id = *self.id.lock().await;
         self.repo.delete_file("locks", &id).await
+    }
+}
+
+/// One lock file as `unlock` found it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LockState {
+    /// The lock file.
+    pub id: Id,
+    /// Held by a prune (or forget, tag, repair), not a backup.
+    pub exclusive: bool,
+    /// The host of the process holding it.
+    pub hostname: String,
+    /// That process.
+    pub pid: u32,
+    /// Seconds since it was written or last refreshed.
+    pub age: u64,
+    /// Why it holds nothing (absent: it is live).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
+}
+
+impl LockState {
+    /// "a shared lock of HOST pid N (Ns ago)", as conflicts name it.
+    pub fn describe(&self) -> String {
+        describe(&LockInfo {
+            exclusive: self.exclusive,
+            hostname: self.hostname.clone(),
+            pid: self.pid,
+            time: now().saturating_sub(self.age),
+        })
+    }
+}
+
+/// What [`unlock`] did.
+#[derive(Debug, Default, Serialize)]
+pub struct Unlocked {
+    /// Locks removed: the stale ones, or every one with `remove_all`.
+    pub removed: Vec<LockState>,
+    /// Live locks, left alone.
+    pub kept: Vec<LockState>,
+    /// Lock files that could not be read, with why: they hold nothing (no lock honours
+    /// them), but only `remove_all` deletes what ferry cannot vouch for.
+    pub unreadable: Vec<(Id, String)>,
+    /// The unreadable ones were removed too.
+    pub remove_all: bool,
+}
+
+/// Removes the locks whose holder is gone (by the rule conflicting locks are ignored by:
+/// a dead process of this host, or no refresh for 30 minutes), or with `remove_all` every
+/// lock, live ones too, as restic's `unlock` does. Takes no lock itself.
+pub async fn unlock(repo: &Repo, remove_all: bool) -> Result<Unlocked> {
+    use futures::StreamExt;
+    let ids = repo.list_ids("locks").await?;
+    let read: Vec<(Id, Result<Vec<u8>>)> = futures::stream::iter(ids)
+        .map(|id| async move { (id, repo.load_file(Kind::Lock, &id).await) })
+        .buffer_unordered(crate::repo::READ_AHEAD)
+        .collect()
+        .await;
+    let mut out = Unlocked {
+        remove_all,
+        ..Default::default()
+    };
+    for (id, body) in read {
+        let info = body.and_then(|b| {
+            serde_json::from_slice::<LockInfo>(&b).map_err(|e| Error::Checksum(e.to_string()))
+        });
+        let state = match info {
+            // Released between the listing and the read.
+            Err(Error::NotFound(_)) => continue,
+            Err(e) => {
+                if remove_all {
+                    gone(repo.delete_file("locks", &id).await)?;
+                }
+                out.unreadable.push((id, e.to_string()));
+                continue;
+            }
+            Ok(l) => LockState {
+                id,
+                exclusive: l.exclusive,
+                age: now().saturating_sub(l.time),
+                stale: stale(&l),
+                hostname: l.hostname,
+                pid: l.pid,
+            },
+        };
+        if remove_all || state.stale.is_some() {
+            gone(repo.delete_file("locks", &id).await)?;
+            out.removed.push(state);
+        } else {
+            out.kept.push(state);
+        }
+    }
+    out.removed.sort_by_key(|l| (l.age, l.id));
+    out.kept.sort_by_key(|l| (l.age, l.id));
+    Ok(out)
+}
+
+/// A lock file already gone (its holder released it meanwhile) is as good as removed.
+fn gone(r: Result<()>) -> Result<()> {
+    match r {
+        Err(Error::NotFound(_)) => Ok(()),
+        r => r,
     }
 }
