@@ -39,6 +39,7 @@ CORPUS=$DISK/src
 # corpus NAME: the pristine copy of corpus NAME, made once.
 make_corpus() {
   local name=$1 dir=$DISK/pristine-${1//\//_}
+  [ "$name" = synthetic ] && dir=$dir-$SMALL-$LARGE_MIB-$LARGE
   [ -d "$dir" ] && { echo "$dir"; return; }
   case $name in
     synthetic) python3 bench/backup/corpus.py "$dir" "$SMALL" "$LARGE_MIB" "$LARGE" >&2 ;;

@@ -75,26 +75,13 @@ pub async fn mount(repo: Arc<Repo>, filter: &Filter, at: &Path) -> Result<Mounte
 fn time_name(s: &Snapshot) -> String {
     let t = s.time;
     let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
-    let (y, m, d) = civil(days);
+    let (y, m, d) = ferry_repo::snapshot::civil_from_days(days);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
         secs / 3600,
         secs % 3600 / 60,
         secs % 60
     )
-}
-
-/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's civil_from_days).
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Builds the made-up directories over `snaps` (oldest first); the root is inode 1.

@@ -106,7 +106,7 @@ impl Cluster {
             unsafe { ffi::rados_conf_parse_env(handle, ptr::null()) },
             "parsing CEPH_ARGS",
         )?;
-        let t = cfg.op_timeout.max(1).to_string();
+        let t = cfg.op_timeout.unwrap_or(60).max(1).to_string();
         for opt in [
             "rados_osd_op_timeout",
             "rados_mon_op_timeout",

@@ -25,26 +25,16 @@ pub use layout::Layout;
 pub use store::RadosStore;
 
 /// Where the cluster is and how long an operation may wait.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Config {
     /// `ceph.conf`; unset: librados' own search (`CEPH_CONF`, /etc/ceph/ceph.conf, ...).
     pub conf: Option<PathBuf>,
-    /// Seconds an OSD or monitor operation may wait before it fails with ETIMEDOUT. Without
-    /// a bound librados waits forever for a stopped OSD, and a backup would hang instead of
-    /// failing.
-    pub op_timeout: u64,
+    /// Seconds an OSD or monitor operation may wait before it fails with ETIMEDOUT; unset:
+    /// 60. Without a bound librados waits forever for a stopped OSD, and a backup would
+    /// hang instead of failing.
+    pub op_timeout: Option<u64>,
     /// Asynchronous operations in flight at most (0: the default, 32).
     pub aio: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            conf: None,
-            op_timeout: 60,
-            aio: 0,
-        }
-    }
 }
 
 /// How to reach the cluster and how to lay objects out: the program's settings (flags,

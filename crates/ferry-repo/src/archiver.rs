@@ -34,8 +34,14 @@ use crate::walk::{self, ReadAhead};
 
 /// Packs uploading at once: enough to fill a long fat link at 4 blocks each.
 const PACKS_IN_FLIGHT: usize = 6;
+/// Packs being written at once to a local repository: a write there takes no round trip,
+/// and each pack waiting holds its 16 MiB.
+const PACKS_IN_FLIGHT_LOCAL: usize = 2;
 /// Files read at once.
 const FILES_AT_ONCE: usize = 8;
+/// Big files (each with a chunker buffer of up to `chunk_max`) read at once into a local
+/// repository: the cores, not the store, bound it.
+const FILES_AT_ONCE_LOCAL: usize = 4;
 /// Small changed files (one chunk or less) are read this many to a blocking task...
 const SMALL_RUN: usize = 64;
 /// ...or until they hold this many bytes.
@@ -201,6 +207,10 @@ impl Archiver {
         progress: Arc<dyn BackupProgress>, policy: Arc<dyn Policy>,
     ) -> Arc<Self> {
         let room = data_pack_room(&repo.config);
+        let (packs_in_flight, files_at_once) = match repo.remote().is_local() {
+            true => (PACKS_IN_FLIGHT_LOCAL, FILES_AT_ONCE_LOCAL),
+            false => (PACKS_IN_FLIGHT, FILES_AT_ONCE),
+        };
         Arc::new(Self {
             repo,
             index,
@@ -218,9 +228,9 @@ impl Archiver {
                 last_index: std::time::Instant::now() - INDEX_EVERY,
             }),
             uploads: Mutex::new(JoinSet::new()),
-            slots: Arc::new(Semaphore::new(PACKS_IN_FLIGHT)),
+            slots: Arc::new(Semaphore::new(packs_in_flight)),
             closing: Mutex::new(()),
-            files: Semaphore::new(FILES_AT_ONCE),
+            files: Semaphore::new(files_at_once),
             progress,
             rt: tokio::runtime::Handle::current(),
             trees,

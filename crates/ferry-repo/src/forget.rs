@@ -203,16 +203,9 @@ pub fn parse_within(s: &str) -> Result<i64> {
     }
 }
 
-/// (year, month) of a day count since 1970-01-01 (Howard Hinnant's civil_from_days).
+/// (year, month) of a day count since 1970-01-01.
 fn year_month(days: i64) -> (i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, _) = crate::snapshot::civil_from_days(days);
     (y, m)
 }
 

@@ -171,3 +171,24 @@ pub fn decode(mut b: &[u8], what: &str) -> Result<Vec<(Id, Vec<Entry>)>> {
     }
     Ok(out)
 }
+
+/// Blobs per index file written whole (prune, repair index).
+const BLOBS_PER_FILE: usize = 200_000;
+
+/// Writes `packs` as new index files of about [`BLOBS_PER_FILE`] blobs each; how many.
+pub(crate) async fn save_all(repo: &crate::Repo, packs: Vec<(Id, Vec<Entry>)>) -> Result<usize> {
+    let (mut written, mut batch, mut count) = (0, Vec::new(), 0);
+    let mut packs = packs.into_iter().peekable();
+    while let Some(p) = packs.next() {
+        count += p.1.len();
+        batch.push(p);
+        if count >= BLOBS_PER_FILE || packs.peek().is_none() {
+            repo.save_file(crate::crypto::Kind::Index, &encode(&batch))
+                .await?;
+            written += 1;
+            batch.clear();
+            count = 0;
+        }
+    }
+    Ok(written)
+}

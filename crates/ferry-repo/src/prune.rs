@@ -13,7 +13,6 @@ use ferry_transfer::{Error, Result};
 use futures::StreamExt;
 
 use crate::checker::{snapshots, used_blobs};
-use crate::crypto::Kind;
 use crate::id::Id;
 use crate::index;
 use crate::lock::Lock;
@@ -22,8 +21,6 @@ use crate::repo::Repo;
 
 /// A pack is rewritten when more than this share of it is unused.
 const REPACK_UNUSED: f64 = 0.2;
-/// Blobs per index file written by prune.
-const BLOBS_PER_INDEX: usize = 200_000;
 
 /// What prune did.
 #[derive(Debug, Default)]
@@ -141,20 +138,7 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
     out.blobs_kept = seen.len();
 
     // New index, then the old one goes, then the packs.
-    let mut batch: Vec<(Id, Vec<Entry>)> = Vec::new();
-    let mut count = 0;
-    for p in keep {
-        count += p.1.len();
-        batch.push(p);
-        if count >= BLOBS_PER_INDEX {
-            repo.save_file(Kind::Index, &index::encode(&batch)).await?;
-            batch.clear();
-            count = 0;
-        }
-    }
-    if !batch.is_empty() {
-        repo.save_file(Kind::Index, &index::encode(&batch)).await?;
-    }
+    index::save_all(repo, keep).await?;
     for id in &old_index_files {
         repo.delete_file("index", id).await?;
     }

@@ -21,8 +21,6 @@ use crate::index;
 use crate::pack::{decode_entries, Entry};
 use crate::repo::{Repo, READ_AHEAD};
 
-/// Blobs per index file written.
-const BLOBS_PER_INDEX: usize = 200_000;
 /// The tail read first: a pack's header is a few KiB for the blobs of 16 MiB, so one read
 /// usually holds it whole.
 const TAIL: u64 = 256 << 10;
@@ -70,22 +68,7 @@ async fn rebuild(repo: &Repo) -> Result<IndexRepaired> {
     good.sort_by_key(|(id, _)| *id);
     out.packs = good.len();
     out.blobs = good.iter().map(|(_, e)| e.len()).sum();
-    let mut batch: Vec<(Id, Vec<Entry>)> = Vec::new();
-    let mut count = 0;
-    for p in good {
-        count += p.1.len();
-        batch.push(p);
-        if count >= BLOBS_PER_INDEX {
-            repo.save_file(Kind::Index, &index::encode(&batch)).await?;
-            out.written += 1;
-            batch.clear();
-            count = 0;
-        }
-    }
-    if !batch.is_empty() {
-        repo.save_file(Kind::Index, &index::encode(&batch)).await?;
-        out.written += 1;
-    }
+    out.written = index::save_all(repo, good).await?;
     for id in &old {
         repo.delete_file("index", id).await?;
         out.deleted += 1;

@@ -115,29 +115,13 @@ impl Item {
     }
 }
 
-/// Memory one restored entry takes while the restore runs, counted generously (the item, its
-/// path and node, its directory and temp slots): the bound below divides free memory by it.
-const ENTRY_MEMORY: u64 = 1024;
-
-/// The most entries a restore takes on: `FERRY_RESTORE_MAX_ENTRIES`, else what half the free
-/// memory holds. A password holder can write trees that share subtrees at every level, so
-/// that a few kilobytes of trees name 2^40 entries; the walk stops at this bound instead of
-/// taking all memory.
+/// The most entries a restore's walk holds ([`crate::limits::walk_entries`]);
+/// `FERRY_RESTORE_MAX_ENTRIES` lowers it for tests.
 fn max_entries() -> u64 {
-    if let Some(n) = std::env::var("FERRY_RESTORE_MAX_ENTRIES")
+    std::env::var("FERRY_RESTORE_MAX_ENTRIES")
         .ok()
         .and_then(|v| v.parse().ok())
-    {
-        return n;
-    }
-    let free_kib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .unwrap_or(8 << 20);
-    (free_kib * 1024 / 2 / ENTRY_MEMORY).max(1_000_000)
+        .unwrap_or_else(crate::limits::walk_entries)
 }
 
 /// What [`walk`] found.

@@ -74,6 +74,20 @@ pub struct Snapshot {
     pub extra: Option<serde_json::Value>,
 }
 
+/// (year, month, day) of a day count since 1970-01-01 in the proleptic Gregorian calendar
+/// (Howard Hinnant's civil_from_days): snapshot times named and grouped by UTC date.
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 /// The host's name, for snapshots.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];

@@ -344,13 +344,20 @@ async fn forget_then_prune_frees_what_no_kept_snapshot_uses() {
     assert_ne!(old_pack, kept_pack, "each backup wrote its own data pack");
     let packs_before = packs(&store);
 
-    let none = forget::forget(repo.clone(), &forget::Policy::default(), &Default::default()).await;
+    let none = forget::forget(
+        repo.clone(),
+        &forget::Policy::default(),
+        &Default::default(),
+    )
+    .await;
     assert!(matches!(none, Err(Error::Invalid(_))), "{none:?}");
     let policy = forget::Policy {
         last: Some(1),
         ..Default::default()
     };
-    let f = forget::forget(repo.clone(), &policy, &Default::default()).await.unwrap();
+    let f = forget::forget(repo.clone(), &policy, &Default::default())
+        .await
+        .unwrap();
     assert_eq!((f.kept, f.removed), (vec![second.id], vec![first.id]));
     let left = snapshot_ids(&repo).await;
     assert_eq!(left, [second.id]);

@@ -232,3 +232,17 @@ impl BackupProgress for BarProgress {
         *self.current.lock().expect("current") = path.display().to_string();
     }
 }
+
+/// Bytes as people read them: B, KiB, MiB, GiB, TiB.
+pub(crate) fn human_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut u) = (b as f64, 0);
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    match u {
+        0 => format!("{b} B"),
+        _ => format!("{v:.1} {}", units[u]),
+    }
+}

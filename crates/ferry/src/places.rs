@@ -150,7 +150,7 @@ fn rados(pool: &str, r: &Rados) -> Result<SharedStore> {
     let opts = ferry_rados::Options {
         cluster: ferry_rados::Config {
             conf: r.conf.clone(),
-            op_timeout: r.op_timeout.as_secs().max(1),
+            op_timeout: Some(r.op_timeout.as_secs().max(1)),
             aio: r.aio.unwrap_or(0),
         },
         stripe_unit: r.stripe_unit,

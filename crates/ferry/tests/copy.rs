@@ -40,7 +40,10 @@ fn copied(to: &Repo, dir: &Path) {
     // As much new data as the first backup stored (blob for blob, named again).
     let stored = first["summary"]["bytes_new"].as_u64().unwrap();
     let new = c1["bytes_new"].as_u64().unwrap();
-    assert!(new >= stored * 9 / 10 && new <= stored * 11 / 10, "{c1} vs {first}");
+    assert!(
+        new >= stored * 9 / 10 && new <= stored * 11 / 10,
+        "{c1} vs {first}"
+    );
     // The second shares all but one small file with the first: deduplicated on arrival.
     let c2 = run(&[]);
     assert_eq!(c2["copied"].as_array().unwrap().len(), 1, "{c2}");

@@ -64,7 +64,10 @@ fn manage(repo: &Repo, dir: &Path) {
 
     // Choosing snapshots: any host given, every tag of a list, any of the lists.
     assert_eq!(snapshots(repo, &["--host", "beta"]), sorted(&[&b1, &b2]));
-    assert_eq!(snapshots(repo, &["--tag", "daily,keep"]), std::slice::from_ref(&a2));
+    assert_eq!(
+        snapshots(repo, &["--tag", "daily,keep"]),
+        std::slice::from_ref(&a2)
+    );
     assert_eq!(
         snapshots(repo, &["--tag", "keep", "--tag", "daily", "--host", "beta"]),
         std::slice::from_ref(&b1)

@@ -9,7 +9,13 @@
 use std::path::{Path, PathBuf};
 
 /// Libraries that sit above the engine.
-const ABOVE_ENGINE: &[&str] = &["ferry-repo", "ferry-wal", "ferry-pg", "ferry-fs", "ferry-mount"];
+const ABOVE_ENGINE: &[&str] = &[
+    "ferry-repo",
+    "ferry-wal",
+    "ferry-pg",
+    "ferry-fs",
+    "ferry-mount",
+];
 /// Crates that hold raw stores.
 const STORE_CRATES: &[&str] = &["ferry-store", "ferry-rados"];
 /// Names that only code holding a raw store uses.

@@ -25,26 +25,10 @@ pub use diff::{diff, Change, Diff, What};
 pub use dump::{lookup, write_file, write_tar, Found};
 pub use find::{find, Match};
 
-/// Memory one entry a walk holds takes, counted generously (its path, its node, a listing's
-/// share): the bound below divides free memory by it.
-const ENTRY_MEMORY: u64 = 1024;
-
-/// The most entries one walk holds, found or still to visit: what half the free memory holds,
-/// at least a million. A password holder can write trees that share subtrees at every level,
-/// so that a few kilobytes name 2^40 entries: the walk stops here instead of taking all memory.
+/// The most entries one walk holds, found or still to visit ([`crate::limits`]).
 fn limit() -> usize {
     static LIMIT: OnceLock<usize> = OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        let free_kib = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-                line.split_whitespace().nth(1)?.parse::<u64>().ok()
-            })
-            .unwrap_or(8 << 20);
-        let n = (free_kib * 1024 / 2 / ENTRY_MEMORY).max(1_000_000);
-        usize::try_from(n).unwrap_or(usize::MAX)
-    })
+    *LIMIT.get_or_init(|| usize::try_from(crate::limits::walk_entries()).unwrap_or(usize::MAX))
 }
 
 /// Trees by id, each read once: unchanged subtrees are shared between snapshots.

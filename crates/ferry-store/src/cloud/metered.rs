@@ -245,20 +245,11 @@ impl Body for Receiving {
     type Error = HttpError;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
-        let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(f))) => {
-                if let (Some(flow), Some(d)) = (&this.flow, f.data_ref()) {
-                    flow.moved(d.len() as u64);
-                }
-                Poll::Ready(Some(Ok(f)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                Poll::Ready(Some(Err(HttpError::new(HttpErrorKind::Request, e))))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let (Some(flow), Poll::Ready(Some(Ok(f)))) = (&self.flow, &polled) {
+            flow.moved(f.data_ref().map_or(0, |d| d.len() as u64));
         }
+        polled.map_err(|e| HttpError::new(HttpErrorKind::Request, e))
     }
 
     fn is_end_stream(&self) -> bool {

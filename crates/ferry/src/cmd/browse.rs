@@ -12,6 +12,7 @@ use serde_json::json;
 use super::repo::open;
 use crate::cli::{DiffArgs, DumpArgs, FindArgs};
 use crate::ctx::Ctx;
+use crate::output::human_bytes;
 
 pub async fn diff(args: &DiffArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();
@@ -48,8 +49,8 @@ pub async fn diff(args: &DiffArgs, ctx: &mut Ctx) -> Result<()> {
         d.count(What::Modified),
         d.count(What::Metadata),
         d.count(What::Type),
-        bytes(d.bytes_added),
-        bytes(d.bytes_removed),
+        human_bytes(d.bytes_added),
+        human_bytes(d.bytes_removed),
     );
     Ok(())
 }
@@ -161,19 +162,5 @@ fn when(ns: i64, nanos: bool) -> String {
     match nanos {
         true => humantime::format_rfc3339_nanos(t).to_string(),
         false => humantime::format_rfc3339_seconds(t).to_string(),
-    }
-}
-
-/// Bytes as people read them: B, KiB, MiB, GiB, TiB.
-fn bytes(b: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let (mut v, mut u) = (b as f64, 0);
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    match u {
-        0 => format!("{b} B"),
-        _ => format!("{v:.1} {}", units[u]),
     }
 }

@@ -7,6 +7,7 @@ use ferry_repo::tagging::TagChange;
 use crate::cli::{StatsArgs, StatsMode, TagArgs, UnlockArgs};
 use crate::cmd::repo::open;
 use crate::ctx::Ctx;
+use crate::output::human_bytes;
 
 pub async fn tag(args: &TagArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();
@@ -116,14 +117,8 @@ pub async fn stats(args: &StatsArgs, ctx: &mut Ctx) -> Result<()> {
 
 /// Bytes as people read them, with the exact count beside.
 fn bytes(b: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let (mut v, mut u) = (b as f64, 0);
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    match u {
-        0 => format!("{b} B"),
-        _ => format!("{v:.1} {} ({b} bytes)", units[u]),
+    match b < 1024 {
+        true => human_bytes(b),
+        false => format!("{} ({b} bytes)", human_bytes(b)),
     }
 }
