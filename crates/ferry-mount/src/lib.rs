@@ -198,7 +198,7 @@ mod tests {
             start: None,
             extra: None,
         };
-        assert_eq!(super::time_name(&s), "2026-11-25T07:06:40");
+        assert_eq!(super::time_name(&s), "2026-11-25T09:46:40");
         s.time = 0;
         assert_eq!(super::time_name(&s), "1970-01-01T00:00:00");
     }

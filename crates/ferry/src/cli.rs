@@ -376,14 +376,15 @@ pub struct CheckArgs {
 /// Which snapshots a command considers (restic's --host, --tag, --path).
 #[derive(Debug, Clone, Default, Args)]
 pub struct FilterArgs {
+    // Ids of their own: a command's positional `paths` (restore's) must not take these.
     /// Only snapshots made on HOST (repeatable: any of them).
-    #[arg(long = "host", value_name = "HOST")]
+    #[arg(long = "host", id = "filter_host", value_name = "HOST")]
     pub hosts: Vec<String>,
     /// Only snapshots carrying every tag of TAG[,TAG...] (repeatable: any of the lists).
-    #[arg(long = "tag", value_name = "TAG[,TAG]")]
+    #[arg(long = "tag", id = "filter_tag", value_name = "TAG[,TAG]")]
     pub tags: Vec<String>,
     /// Only snapshots made of PATH (repeatable: all of them).
-    #[arg(long = "path", value_name = "PATH")]
+    #[arg(long = "path", id = "filter_path", value_name = "PATH")]
     pub paths: Vec<String>,
 }
 
@@ -728,4 +729,17 @@ pub struct PgVerifyArgs {
     /// Also read and authenticate every pack.
     #[arg(long)]
     pub read_data: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap checks its definitions only in debug builds; the suite runs in release: two
+    /// arguments with one id (a flattened filter's `paths` and restore's positional ones)
+    /// would silently share their values.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
 }

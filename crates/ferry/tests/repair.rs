@@ -175,11 +175,17 @@ fn repair_index_minio() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// Files in the corpus `repair snapshots` mends.
+const FILES: u64 = 100;
+
 fn snapshots_mended(repo: &Repo, raw: &dyn Raw, dir: &Path) {
     let src = dir.join("src");
     std::fs::create_dir_all(src.join("sub")).unwrap();
-    for i in 0..6u64 {
-        let data = ferry_testkit::random_bytes(6 << 20, 100 + i);
+    // Files of one chunk each (under the 512 KiB minimum), about two packs' worth: a lost
+    // pack takes some of them whole and leaves the others whole, however the backup
+    // interleaved its reads.
+    for i in 0..FILES {
+        let data = ferry_testkit::random_bytes(300 << 10, 100 + i);
         std::fs::write(src.join(format!("sub/f{i}")), data).unwrap();
     }
     std::fs::write(src.join("small"), b"small").unwrap();
@@ -222,7 +228,7 @@ fn snapshots_mended(repo: &Repo, raw: &dyn Raw, dir: &Path) {
     repo.ok(&["restore", "latest", "--target", out.to_str().unwrap()]);
     let back = out.join(src.strip_prefix("/").unwrap());
     let mut kept = 0;
-    for rel in (0..6)
+    for rel in (0..FILES)
         .map(|i| format!("sub/f{i}"))
         .chain(["small".to_string()])
     {
