@@ -6,10 +6,13 @@
 //! sends no Content-MD5 on Put Block and takes no metadata on a low-level block list, so Azure
 //! writes go through [`azure`]: the same crate's authorizer and HTTP client, three requests.
 
+mod aws_credentials;
+mod aws_profile;
 mod azure;
 mod config;
 mod metered;
 mod signed;
+mod trust;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -72,7 +75,7 @@ impl CloudStore {
     /// blocks invisible and expires them on its own, so it has none to show.
     pub async fn pending_uploads(&self, prefix: &str) -> Result<Vec<String>> {
         match &self.flavor {
-            Flavor::S3(extra) => extra.pending_uploads(&self.bucket, prefix).await,
+            Flavor::S3(extra) => extra.pending_uploads(prefix).await,
             Flavor::Azure(_) => Ok(Vec::new()),
         }
     }

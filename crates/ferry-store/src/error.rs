@@ -51,7 +51,13 @@ impl Error {
 impl From<object_store::Error> for Error {
     fn from(e: object_store::Error) -> Self {
         use object_store::Error as E;
-        let msg = concise(&one_line(&e));
+        let full = one_line(&e);
+        // The credential chain's own message (cloud::aws_credentials): already one line, and
+        // no retry finds credentials that are not there.
+        if let Some(at) = full.find("no S3 credentials") {
+            return Error::Denied(full[at..].to_string());
+        }
+        let msg = concise(&full);
         match &e {
             E::NotFound { .. } => Error::NotFound(msg),
             E::AlreadyExists { .. } => Error::AlreadyExists(msg),
@@ -72,7 +78,7 @@ fn classify_generic(msg: String) -> Error {
     if has("certificate") || has("InvalidCertificate") {
         // TLS trust is configuration: retrying cannot fix it.
         Error::Invalid(format!(
-            "{msg} (HINT: a private CA goes in --ca-cert or AWS_CA_BUNDLE)"
+            "{msg} (HINT: a private CA, or the server's own certificate, goes in --ca-cert or AWS_CA_BUNDLE)"
         ))
     } else if has("NoSuchBucket") || has("ContainerNotFound") || has("404 Not Found") {
         Error::NotFound(msg)
@@ -92,7 +98,7 @@ fn classify_generic(msg: String) -> Error {
 
 /// The part of an HTTP error a person needs: the status, the service's code and message;
 /// object_store's text carries the whole request and response body.
-fn concise(full: &str) -> String {
+pub(crate) fn concise(full: &str) -> String {
     let between = |a: &str, b: &str| {
         full.split(a)
             .nth(1)

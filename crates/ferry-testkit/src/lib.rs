@@ -31,6 +31,29 @@ pub fn require(var: &str) -> Option<String> {
     }
 }
 
+/// A tool `scripts/install-tools` built (in `FERRY_TOOLS`, else `~/.cache/ferry/bin`), for
+/// tests that start their own instance; missing, it fails under CI like [`require`].
+pub fn tool(name: &str) -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("FERRY_TOOLS")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/ferry/bin")))?;
+    let path = dir.join(name);
+    if path.is_file() {
+        return Some(path);
+    }
+    if std::env::var("CI").is_ok_and(|c| c == "true") {
+        panic!(
+            "{} is missing: under CI every tool must be built (scripts/install-tools)",
+            path.display()
+        );
+    }
+    eprintln!(
+        "SKIPPED: {} is missing; run scripts/install-tools",
+        path.display()
+    );
+    None
+}
+
 /// The S3 server under test (MinIO), if up.
 pub fn s3() -> Option<S3Config> {
     require("AWS_ENDPOINT_URL").map(|_| S3Config::from_env())

@@ -52,6 +52,12 @@ pub struct Global {
     /// S3 region [default: AWS_REGION, or us-east-1].
     #[arg(long, global = true, env = "FERRY_S3_REGION")]
     pub s3_region: Option<String>,
+    /// AWS profile of ~/.aws/config and ~/.aws/credentials [default: AWS_PROFILE, or default].
+    #[arg(long, global = true, env = "FERRY_S3_PROFILE")]
+    pub s3_profile: Option<String>,
+    /// S3 addressing: `virtual` (the bucket in the host name, AWS's way) or `path` (MinIO, Ceph RGW) [default: virtual on AWS, path with --s3-endpoint].
+    #[arg(long, global = true, env = "FERRY_S3_ADDRESSING_STYLE", value_parser = ["path", "virtual"])]
+    pub s3_addressing_style: Option<String>,
     /// Azure connection string [default: AZURE_STORAGE_CONNECTION_STRING].
     #[arg(
         long,

@@ -107,6 +107,8 @@ impl std::fmt::Debug for Pass {
 struct S3File {
     endpoint: Option<String>,
     region: Option<String>,
+    profile: Option<String>,
+    addressing_style: Option<String>,
     access_key_id: Option<String>,
     secret_access_key: Option<String>,
 }
@@ -321,6 +323,10 @@ const FIELDS: &[Field] = &[
         g.s3_endpoint.clone()
     }),
     ("--s3-region", "FERRY_S3_REGION", |g| g.s3_region.clone()),
+    ("--s3-profile", "FERRY_S3_PROFILE", |g| g.s3_profile.clone()),
+    ("--s3-addressing-style", "FERRY_S3_ADDRESSING_STYLE", |g| {
+        g.s3_addressing_style.clone()
+    }),
     ("--ca-cert", "FERRY_CA_CERT", |g| path(&g.ca_cert)),
     ("--ceph-conf", "CEPH_CONF", |g| path(&g.ceph_conf)),
     ("--rados-stripe-unit", "FERRY_RADOS_STRIPE_UNIT", |g| {
@@ -418,6 +424,18 @@ impl Settings {
         s3.region = g.s3_region.clone().or(f.region).or(s3.region);
         s3.access_key_id = f.access_key_id.or(s3.access_key_id);
         s3.secret_access_key = f.secret_access_key.or(s3.secret_access_key);
+        s3.profile = g.s3_profile.clone().or(f.profile).or(s3.profile);
+        s3.virtual_hosted = match g
+            .s3_addressing_style
+            .clone()
+            .or(f.addressing_style)
+            .as_deref()
+        {
+            None => None,
+            Some("virtual") => Some(true),
+            Some("path") => Some(false),
+            Some(other) => bail!("s3 addressing_style '{other}': path or virtual"),
+        };
         s3.ca_cert = ca_cert.clone().or(s3.ca_cert);
 
         let f = file.azure;

@@ -3,11 +3,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use object_store::aws::{AmazonS3, AmazonS3Builder, AwsAuthorizer, AwsCredential, Checksum};
+use object_store::aws::{
+    AmazonS3, AmazonS3Builder, AwsAuthorizer, AwsCredentialProvider, Checksum,
+};
 use object_store::azure::{AzureAccessKey, AzureCredential, MicrosoftAzure, MicrosoftAzureBuilder};
-use object_store::client::{HttpClient, HttpRequestBody};
+use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
 use object_store::{ClientOptions, RetryConfig};
 
+use super::aws_credentials;
 use super::azure::AzureWriter;
 use super::metered::{Connector, CONNECT_TIMEOUT};
 use crate::error::one_line;
@@ -53,12 +56,14 @@ fn no_retries() -> RetryConfig {
 }
 
 /// S3 settings; [`S3Config::from_env`] reads `AWS_ENDPOINT_URL`, `AWS_REGION`,
-/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and `AWS_CA_BUNDLE`.
+/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_PROFILE` and
+/// `AWS_CA_BUNDLE`. Without keys, credentials come from the chain in
+/// [`aws_credentials`](super::aws_credentials).
 #[derive(Clone, Default)]
 pub struct S3Config {
     /// Endpoint URL (`http://127.0.0.1:9000`); AWS when unset.
     pub endpoint: Option<String>,
-    /// Region; `us-east-1` when unset.
+    /// Region; the profile's, else `us-east-1`, when unset.
     pub region: Option<String>,
     /// Access key id.
     pub access_key_id: Option<String>,
@@ -66,7 +71,12 @@ pub struct S3Config {
     pub secret_access_key: Option<String>,
     /// Session token for temporary credentials.
     pub session_token: Option<String>,
-    /// PEM file of extra trusted CAs.
+    /// Profile of `~/.aws/config` and `~/.aws/credentials` (`AWS_PROFILE`; `default`).
+    pub profile: Option<String>,
+    /// Bucket in the host name (`BUCKET.s3.REGION.amazonaws.com`, AWS's way) rather than in
+    /// the path (MinIO's and Ceph RGW's); unset: virtual-hosted on AWS, path elsewhere.
+    pub virtual_hosted: Option<bool>,
+    /// PEM file of extra trusted CAs, or the server's own certificate.
     pub ca_cert: Option<PathBuf>,
 }
 
@@ -79,66 +89,102 @@ impl S3Config {
             access_key_id: env(&["AWS_ACCESS_KEY_ID"]),
             secret_access_key: env(&["AWS_SECRET_ACCESS_KEY"]),
             session_token: env(&["AWS_SESSION_TOKEN"]),
+            profile: env(&["AWS_PROFILE"]),
+            virtual_hosted: None,
             ca_cert: env(&["AWS_CA_BUNDLE", "SSL_CERT_FILE"]).map(PathBuf::from),
         }
     }
 
-    fn region(&self) -> String {
-        self.region.clone().unwrap_or_else(|| "us-east-1".into())
+    /// Where requests for `bucket` go: the endpoint with the bucket in its path or host.
+    fn bucket_url(&self, bucket: &str, region: &str) -> Result<String> {
+        let virtual_hosted = self.virtual_hosted.unwrap_or(self.endpoint.is_none());
+        let endpoint = self
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
+        let endpoint = endpoint.trim_end_matches('/');
+        if !virtual_hosted {
+            return Ok(format!("{endpoint}/{bucket}"));
+        }
+        let mut u = url::Url::parse(endpoint)
+            .map_err(|e| Error::Invalid(format!("S3 endpoint '{endpoint}': {e}")))?;
+        let host = u.host_str().unwrap_or_default().to_string();
+        u.set_host(Some(&format!("{bucket}.{host}")))
+            .map_err(|e| Error::Invalid(format!("bucket '{bucket}' in a host name: {e}")))?;
+        Ok(u.as_str().trim_end_matches('/').to_string())
     }
 
     pub(super) fn build(&self, bucket: &str) -> Result<(AmazonS3, S3Extra)> {
         let http = connector(self.ca_cert.as_ref())?;
-        let mut b = AmazonS3Builder::new()
+        let key = match (&self.access_key_id, &self.secret_access_key) {
+            (Some(id), Some(secret)) => {
+                Some((id.as_str(), secret.as_str(), self.session_token.as_deref()))
+            }
+            (None, None) => None,
+            _ => {
+                return Err(Error::Invalid(
+                    "S3 keys: set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither"
+                        .into(),
+                ))
+            }
+        };
+        let default_region = self.region.clone().unwrap_or_else(|| "us-east-1".into());
+        let wanted = aws_credentials::Wanted {
+            key,
+            profile: self.profile.as_deref(),
+            region: &default_region,
+        };
+        let found = aws_credentials::find(&wanted, &http)?;
+        tracing::debug!("S3 credentials from {}", found.source);
+        let region = self
+            .region
+            .clone()
+            .or(found.region)
+            .unwrap_or_else(|| "us-east-1".into());
+        let bucket_url = self.bucket_url(bucket, &region)?;
+        let s3 = AmazonS3Builder::new()
             .with_bucket_name(bucket)
-            .with_region(self.region())
+            .with_region(&region)
             .with_checksum_algorithm(Checksum::SHA256)
             .with_retry(no_retries())
-            .with_client_options(client_options(self.endpoint.as_deref()))
-            .with_http_connector(http.clone());
-        if let Some(e) = &self.endpoint {
-            b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
-        }
-        let (Some(id), Some(secret)) = (&self.access_key_id, &self.secret_access_key) else {
-            return Err(Error::Invalid(
-                "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY".into(),
-            ));
-        };
-        b = b.with_access_key_id(id).with_secret_access_key(secret);
-        if let Some(t) = &self.session_token {
-            b = b.with_token(t);
-        }
-        let s3 = b.build().map_err(|e| Error::Invalid(one_line(&e)))?;
+            .with_client_options(client_options(Some(&bucket_url)))
+            .with_http_connector(http.clone())
+            .with_endpoint(&bucket_url)
+            .with_virtual_hosted_style_request(true)
+            .with_credentials(found.provider.clone())
+            .build()
+            .map_err(|e| Error::Invalid(one_line(&e)))?;
         let extra = S3Extra {
             http: http.http(),
-            endpoint: self
-                .endpoint
-                .clone()
-                .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", self.region())),
-            region: self.region(),
-            credential: AwsCredential {
-                key_id: id.clone(),
-                secret_key: secret.clone(),
-                token: self.session_token.clone(),
-            },
+            bucket_url,
+            region,
+            credentials: found.provider,
         };
         Ok((s3, extra))
     }
 }
 
-/// What S3 needs beyond `object_store`: bucket creation.
+/// What S3 needs beyond `object_store`: bucket creation, open uploads.
 #[derive(Debug)]
 pub(super) struct S3Extra {
     http: HttpClient,
-    endpoint: String,
+    /// The bucket's URL, path- or host-style.
+    bucket_url: String,
     region: String,
-    credential: AwsCredential,
+    credentials: AwsCredentialProvider,
 }
 
 impl S3Extra {
+    async fn sign(&self, req: &mut HttpRequest) -> Result<()> {
+        let c = self.credentials.get_credential().await?;
+        AwsAuthorizer::new(&c, "s3", &self.region)
+            .try_authorize(req, None)
+            .map_err(Error::from)
+    }
+
     /// Keys of multipart uploads started and neither completed nor aborted.
-    pub(super) async fn pending_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
-        let mut url = url::Url::parse(&format!("{}/{bucket}", self.endpoint.trim_end_matches('/')))
+    pub(super) async fn pending_uploads(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut url = url::Url::parse(&format!("{}/", self.bucket_url))
             .map_err(|e| Error::Invalid(format!("bucket URL: {e}")))?;
         url.query_pairs_mut()
             .append_pair("prefix", prefix)
@@ -148,9 +194,7 @@ impl S3Extra {
             .uri(url.as_str())
             .body(HttpRequestBody::empty())
             .map_err(|e| Error::Invalid(format!("list uploads: {e}")))?;
-        AwsAuthorizer::new(&self.credential, "s3", &self.region)
-            .try_authorize(&mut req, None)
-            .map_err(Error::from)?;
+        self.sign(&mut req).await?;
         let body = super::signed::send_for_body(&self.http, req, "list multipart uploads").await?;
         let text = String::from_utf8_lossy(&body);
         Ok(text
@@ -167,7 +211,6 @@ impl S3Extra {
     }
 
     pub(super) async fn create_bucket(&self, bucket: &str) -> Result<()> {
-        let url = format!("{}/{bucket}", self.endpoint.trim_end_matches('/'));
         let body = if self.region == "us-east-1" {
             String::new()
         } else {
@@ -176,14 +219,13 @@ impl S3Extra {
                 self.region
             )
         };
+        let url = format!("{}/", self.bucket_url);
         let mut req = http::Request::builder()
             .method(http::Method::PUT)
             .uri(&url)
             .body(HttpRequestBody::from(body))
             .map_err(|e| Error::Invalid(format!("bucket URL {url}: {e}")))?;
-        AwsAuthorizer::new(&self.credential, "s3", &self.region)
-            .try_authorize(&mut req, None)
-            .map_err(Error::from)?;
+        self.sign(&mut req).await?;
         super::signed::send(&self.http, req, &format!("create bucket {bucket}")).await
     }
 }
@@ -295,6 +337,8 @@ impl std::fmt::Debug for S3Config {
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &hidden(&self.secret_access_key))
             .field("session_token", &hidden(&self.session_token))
+            .field("profile", &self.profile)
+            .field("virtual_hosted", &self.virtual_hosted)
             .field("ca_cert", &self.ca_cert)
             .finish()
     }

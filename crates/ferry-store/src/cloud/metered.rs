@@ -35,6 +35,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use tokio::net::TcpStream;
 
+use super::trust::{Bundle, Trust};
 use crate::error::one_line;
 use crate::flow::{self, Flow};
 use crate::{Error, Result};
@@ -60,16 +61,27 @@ impl Connector {
     /// A client trusting the system's roots plus those of `ca_pem`, a PEM bundle named `name`.
     pub(super) fn new(ca_pem: Option<(&str, &[u8])>) -> Result<Self> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let extra = match ca_pem {
-            None => Vec::new(),
-            Some((name, pem)) => CertificateDer::pem_slice_iter(pem)
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| Error::Invalid(format!("CA bundle {name}: {e}")))?,
+        let bundle = match ca_pem {
+            None => None,
+            Some((name, pem)) => Some(Bundle {
+                name: name.to_string(),
+                certs: CertificateDer::pem_slice_iter(pem)
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| Error::Invalid(format!("CA bundle {name}: {e}")))?,
+            }),
         };
+        if let Some(b) = bundle.as_ref().filter(|b| b.certs.is_empty()) {
+            return Err(Error::Invalid(format!(
+                "CA bundle {}: no PEM certificate in it",
+                b.name
+            )));
+        }
+        let extra = bundle.as_ref().map(|b| b.certs.clone()).unwrap_or_default();
         let tls_err = |e: rustls::Error| Error::Invalid(format!("TLS set-up: {}", one_line(&e)));
-        let verifier =
+        let chain =
             rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider.clone())
                 .map_err(tls_err)?;
+        let verifier = Trust::new(Arc::new(chain), bundle, provider.clone());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(tls_err)?
@@ -144,6 +156,9 @@ impl tower_service::Service<Uri> for Tcp {
 struct Metered(Pool);
 
 fn http_error(e: hyper_util::client::legacy::Error) -> HttpError {
+    if let Some(r) = super::trust::refused(&e) {
+        return HttpError::new(HttpErrorKind::Connect, r);
+    }
     let kind = if e.is_connect() {
         HttpErrorKind::Connect
     } else {
