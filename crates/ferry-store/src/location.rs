@@ -15,6 +15,8 @@ pub enum Scheme {
     S3,
     /// `az://container/blob`.
     Azure,
+    /// `gs://bucket/object`: Google Cloud Storage.
+    Gcs,
     /// `rados://pool/name`: a striped object in a Ceph pool.
     Rados,
 }
@@ -31,7 +33,8 @@ pub struct Location {
 }
 
 impl Location {
-    /// Parses `-`, a local path, `file://PATH`, `s3://bucket/key`, `az://container/blob` or
+    /// Parses `-`, a local path, `file://PATH`, `s3://bucket/key`, `az://container/blob`,
+    /// `https://ACCOUNT.blob.core.windows.net/container/blob`, `gs://bucket/object` or
     /// `rados://pool/name`.
     pub fn parse(s: &str) -> Result<Self> {
         if s == "-" {
@@ -57,10 +60,11 @@ impl Location {
             }
             "s3" => Scheme::S3,
             "az" | "azure" => Scheme::Azure,
+            "gs" => Scheme::Gcs,
             "rados" => Scheme::Rados,
             other => {
                 return Err(Error::Invalid(format!(
-                    "unknown scheme '{other}' in '{s}': use a local path, -, s3://bucket/key, az://container/blob or rados://pool/name"
+                    "unknown scheme '{other}' in '{s}': use a local path, -, s3://bucket/key, az://container/blob, gs://bucket/object or rados://pool/name"
                 )))
             }
         };
@@ -79,7 +83,10 @@ impl Location {
 
     /// True for object stores (as opposed to local paths and stdio).
     pub fn is_remote(&self) -> bool {
-        matches!(self.scheme, Scheme::S3 | Scheme::Azure | Scheme::Rados)
+        matches!(
+            self.scheme,
+            Scheme::S3 | Scheme::Azure | Scheme::Gcs | Scheme::Rados
+        )
     }
 }
 
@@ -90,6 +97,7 @@ impl fmt::Display for Location {
             Scheme::Local => f.write_str(&self.key),
             Scheme::S3 => write!(f, "s3://{}/{}", self.bucket, self.key),
             Scheme::Azure => write!(f, "az://{}/{}", self.bucket, self.key),
+            Scheme::Gcs => write!(f, "gs://{}/{}", self.bucket, self.key),
             Scheme::Rados => write!(f, "rados://{}/{}", self.bucket, self.key),
         }
     }
@@ -130,8 +138,10 @@ mod tests {
 
     #[test]
     fn rejects_unknown_scheme_and_missing_bucket() {
-        let e = Location::parse("gs://bucket/x").unwrap_err().to_string();
-        assert!(e.contains("unknown scheme 'gs'"), "{e}");
+        let e = Location::parse("gcs://bucket/x").unwrap_err().to_string();
+        assert!(e.contains("unknown scheme 'gcs'"), "{e}");
+        let l = Location::parse("gs://b/k/o").unwrap();
+        assert_eq!((l.scheme, l.key.as_str()), (Scheme::Gcs, "k/o"));
         assert!(Location::parse("s3:///key").is_err());
     }
 }

@@ -69,6 +69,58 @@ async fn azure_azurite() {
 }
 
 #[tokio::test]
+async fn gcs_fake_gcs_server() {
+    let Some(cfg) = ferry_testkit::gcs() else {
+        return;
+    };
+    let (store, name) = ferry_testkit::gcs_bucket(&cfg).await;
+    suite(&store, "dir").await;
+    // The composed object's parts are gone, the aborted upload's too.
+    assert_eq!(
+        store.pending_uploads("").await.unwrap(),
+        Vec::<String>::new()
+    );
+    let again = CloudStore::gcs(&cfg, &name).unwrap().create_root().await;
+    assert!(matches!(again, Err(Error::AlreadyExists(_))), "{again:?}");
+}
+
+#[tokio::test]
+async fn gcs_composes_more_blocks_than_one_request_takes() {
+    let Some(cfg) = ferry_testkit::gcs() else {
+        return;
+    };
+    let (store, _) = ferry_testkit::gcs_bucket(&cfg).await;
+    // 70 blocks: three rounds of compose (32 + 32 + 6, then the three).
+    let data = ferry_testkit::random_bytes(70 * 1000 + 17, 3);
+    let up = store.start_upload("many", &Meta::new()).await.unwrap();
+    let mut ids = Vec::new();
+    for (i, piece) in data.chunks(1000).enumerate() {
+        let b = Bytes::copy_from_slice(piece);
+        ids.push(store.put_block(&up, i, (i * 1000) as u64, b).await.unwrap());
+    }
+    let mut meta = Meta::new();
+    meta.insert("k".into(), "v".into());
+    store.complete_upload(&up, ids, &meta).await.unwrap();
+    assert_eq!(store.get("many").await.unwrap(), data);
+    assert_eq!(
+        store.head("many").await.unwrap().meta.get("k").unwrap(),
+        "v"
+    );
+    assert_eq!(
+        store.pending_uploads("").await.unwrap(),
+        Vec::<String>::new()
+    );
+    let keys: Vec<String> = store
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(keys, ["many"]);
+}
+
+#[tokio::test]
 async fn creating_an_existing_bucket_says_so() {
     let Some(cfg) = ferry_testkit::s3() else {
         return;

@@ -12,7 +12,7 @@ pub mod toxiproxy;
 use std::io::Write;
 use std::path::Path;
 
-use ferry_store::cloud::{AzureConfig, CloudStore, S3Config};
+use ferry_store::cloud::{AzureConfig, CloudStore, GcsConfig, S3Config};
 use rand::{Rng, RngCore, SeedableRng};
 
 /// The value of `var`, or `None` (a loud skip) outside CI; panics under CI.
@@ -64,6 +64,14 @@ pub fn azure() -> Option<AzureConfig> {
     require("AZURE_STORAGE_CONNECTION_STRING").map(|_| AzureConfig::from_env())
 }
 
+/// The GCS server under test (fake-gcs-server), if up.
+pub fn gcs() -> Option<GcsConfig> {
+    require("FERRY_TEST_GCS_URL").map(|url| GcsConfig {
+        endpoint: Some(url),
+        ..Default::default()
+    })
+}
+
 /// A fresh bucket or container name (3-63 lowercase characters).
 pub fn unique(prefix: &str) -> String {
     format!(
@@ -89,6 +97,16 @@ pub async fn azure_container(cfg: &AzureConfig) -> (CloudStore, String) {
     ferry_store::Store::create_root(&store)
         .await
         .expect("create container");
+    (store, name)
+}
+
+/// Creates a fresh GCS bucket and returns its store and name.
+pub async fn gcs_bucket(cfg: &GcsConfig) -> (CloudStore, String) {
+    let name = unique("ferry-test");
+    let store = CloudStore::gcs(cfg, &name).expect("GCS store");
+    ferry_store::Store::create_root(&store)
+        .await
+        .expect("create bucket");
     (store, name)
 }
 

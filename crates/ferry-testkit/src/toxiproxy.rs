@@ -69,6 +69,19 @@ pub async fn s3_behind_proxy() -> Option<(ferry_store::cloud::S3Config, String, 
     Some((cfg, bucket, toxi.proxy(&upstream)))
 }
 
+/// A fresh GCS bucket on the emulator under test and a proxy in front of it.
+pub async fn gcs_behind_proxy() -> Option<(ferry_store::cloud::GcsConfig, String, Proxy)> {
+    let cfg = crate::gcs()?;
+    let toxi = Toxiproxy::from_env()?;
+    let upstream = cfg
+        .endpoint
+        .clone()?
+        .trim_start_matches("http://")
+        .to_string();
+    let (_, bucket) = crate::gcs_bucket(&cfg).await;
+    Some((cfg, bucket, toxi.proxy(&upstream)))
+}
+
 impl Proxy {
     /// Adds a toxic (`latency`, `bandwidth`, `timeout`, `reset_peer`, `limit_data`, ...) on
     /// `stream` (`upstream` = towards the server, `downstream` = towards ferry) to a `toxicity`

@@ -58,6 +58,9 @@ pub struct Global {
     /// S3 addressing: `virtual` (the bucket in the host name, AWS's way) or `path` (MinIO, Ceph RGW) [default: virtual on AWS, path with --s3-endpoint].
     #[arg(long, global = true, env = "FERRY_S3_ADDRESSING_STYLE", value_parser = ["path", "virtual"])]
     pub s3_addressing_style: Option<String>,
+    /// Google Cloud Storage endpoint, for an emulator (requests then carry no token) [default: STORAGE_EMULATOR_HOST, or Google].
+    #[arg(long, global = true, env = "FERRY_GCS_ENDPOINT")]
+    pub gcs_endpoint: Option<String>,
     /// Azure connection string [default: AZURE_STORAGE_CONNECTION_STRING].
     #[arg(
         long,
@@ -66,7 +69,7 @@ pub struct Global {
         hide_env_values = true
     )]
     pub azure_connection_string: Option<String>,
-    /// Repository (WAL archive, backups): a local directory, s3://bucket/prefix or az://container/prefix.
+    /// Repository (WAL archive, backups): a local directory, s3://bucket/prefix, az://container/prefix or gs://bucket/prefix.
     #[arg(long, global = true, env = "FERRY_REPO")]
     pub repo: Option<String>,
     /// File holding the repository password [default: FERRY_PASSWORD, else a prompt].
@@ -107,11 +110,11 @@ pub struct Global {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Copy files, streams and objects: local paths, - (stdin/stdout), s3://bucket/key, az://container/blob.
+    /// Copy files, streams and objects: local paths, - (stdin/stdout), s3://bucket/key, az://container/blob, gs://bucket/object.
     Cp(CpArgs),
     /// List objects with their sizes.
     Ls(LsArgs),
-    /// Create a bucket (s3://bucket), container (az://container) or directory.
+    /// Create a bucket (s3://bucket, gs://bucket), container (az://container) or directory.
     Mkdir(MkdirArgs),
     /// Create a repository at --repo.
     Init(InitArgs),

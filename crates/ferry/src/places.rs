@@ -112,6 +112,14 @@ impl Stores {
                     loc.key.clone(),
                 )
             }
+            Scheme::Gcs => {
+                let cfg = self.settings.gcs.clone();
+                let bucket = loc.bucket.clone();
+                (
+                    self.cached(&loc, || Ok(Arc::new(CloudStore::gcs(&cfg, &bucket)?)))?,
+                    loc.key.clone(),
+                )
+            }
             Scheme::Rados => {
                 let cfg = self.settings.rados.clone();
                 let bucket = loc.bucket.clone();

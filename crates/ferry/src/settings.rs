@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use ferry_store::cloud::{AzureConfig, S3Config};
+use ferry_store::cloud::{AzureConfig, GcsConfig, S3Config};
 use ferry_transfer::{EngineConfig, RetryPolicy};
 use serde::Deserialize;
 
@@ -30,6 +30,8 @@ struct File {
     s3: S3File,
     #[serde(default)]
     azure: AzureFile,
+    #[serde(default)]
+    gcs: GcsFile,
     #[serde(default)]
     rados: RadosFile,
     #[serde(default)]
@@ -111,6 +113,15 @@ struct S3File {
     addressing_style: Option<String>,
     access_key_id: Option<String>,
     secret_access_key: Option<String>,
+}
+
+/// The `[gcs]` table of `ferry.toml`.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GcsFile {
+    endpoint: Option<String>,
+    service_account: Option<PathBuf>,
+    project: Option<String>,
 }
 
 /// Not `Debug`: it holds an account key.
@@ -232,6 +243,7 @@ pub struct Settings {
     pub engine: EngineConfig,
     pub s3: S3Config,
     pub azure: AzureConfig,
+    pub gcs: GcsConfig,
     /// The repository: `--repo`, `FERRY_REPO` or `repo` in ferry.toml.
     pub repo: Option<String>,
     pub rados: Rados,
@@ -324,6 +336,9 @@ const FIELDS: &[Field] = &[
     }),
     ("--s3-region", "FERRY_S3_REGION", |g| g.s3_region.clone()),
     ("--s3-profile", "FERRY_S3_PROFILE", |g| g.s3_profile.clone()),
+    ("--gcs-endpoint", "FERRY_GCS_ENDPOINT", |g| {
+        g.gcs_endpoint.clone()
+    }),
     ("--s3-addressing-style", "FERRY_S3_ADDRESSING_STYLE", |g| {
         g.s3_addressing_style.clone()
     }),
@@ -450,7 +465,13 @@ impl Settings {
         azure.account = f.account.or(azure.account);
         azure.key = f.key.or(azure.key);
         azure.endpoint = f.endpoint.or(azure.endpoint);
-        azure.ca_cert = ca_cert.or(azure.ca_cert);
+        azure.ca_cert = ca_cert.clone().or(azure.ca_cert);
+        let f = file.gcs;
+        let mut gcs = GcsConfig::from_env();
+        gcs.endpoint = g.gcs_endpoint.clone().or(f.endpoint).or(gcs.endpoint);
+        gcs.service_account = f.service_account.or(gcs.service_account);
+        gcs.project = f.project.or(gcs.project);
+        gcs.ca_cert = ca_cert.or(gcs.ca_cert);
         let f = file.rados;
         let rados = Rados {
             conf: g.ceph_conf.clone().or(f.conf),
@@ -468,6 +489,7 @@ impl Settings {
             engine,
             s3,
             azure,
+            gcs,
             pass: passed(g, repo.as_deref(), file_path.as_deref()),
             repo,
             rados,

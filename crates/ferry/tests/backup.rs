@@ -90,6 +90,14 @@ fn round_trip_minio() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+#[test]
+fn round_trip_gcs() {
+    let Some(repo) = Repo::gcs() else { return };
+    let dir = scratch("bk-gcs");
+    round_trip(&repo, &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 fn many_small(repo: &Repo, dir: &Path) {
     let src = dir.join("small");
     small_files(&src, 100_000);

@@ -1,6 +1,6 @@
-//! Faults between ferry and a real MinIO, through Toxiproxy: every transfer completes
-//! byte-identical or fails with one clear line, leaving nothing under the destination name and
-//! no abandoned multipart upload.
+//! Faults between ferry and a real MinIO (and fake-gcs-server), through Toxiproxy: every
+//! transfer completes byte-identical or fails with one clear line, leaving nothing under the
+//! destination name and no abandoned multipart upload (or uncomposed GCS part).
 
 mod common;
 
@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::{ferry_env, s, summary, temp_dir};
 use ferry_store::cloud::CloudStore;
 use ferry_store::Store;
-use ferry_testkit::toxiproxy::{s3_behind_proxy, Proxy};
+use ferry_testkit::toxiproxy::{gcs_behind_proxy, s3_behind_proxy, Proxy};
 use ferry_testkit::{random_file, same_file};
 use serde_json::json;
 
@@ -24,6 +24,10 @@ struct Rig {
     store: CloudStore,
     dir: PathBuf,
     rt: tokio::runtime::Runtime,
+    scheme: &'static str,
+    /// The variable that points ferry at an endpoint, and the server's own endpoint.
+    endpoint_var: &'static str,
+    direct: String,
 }
 
 fn rig() -> Option<Rig> {
@@ -36,6 +40,25 @@ fn rig() -> Option<Rig> {
         store,
         dir: temp_dir(),
         rt,
+        scheme: "s3",
+        endpoint_var: "AWS_ENDPOINT_URL",
+        direct: cfg.endpoint.unwrap(),
+    })
+}
+
+fn gcs_rig() -> Option<Rig> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (cfg, bucket, proxy) = rt.block_on(gcs_behind_proxy())?;
+    let store = CloudStore::gcs(&cfg, &bucket).unwrap();
+    Some(Rig {
+        proxy,
+        bucket,
+        store,
+        dir: temp_dir(),
+        rt,
+        scheme: "gs",
+        endpoint_var: "FERRY_GCS_ENDPOINT",
+        direct: cfg.endpoint.unwrap(),
     })
 }
 
@@ -46,15 +69,20 @@ impl Rig {
         p
     }
     fn url(&self, key: &str) -> String {
-        format!("s3://{}/{key}", self.bucket)
+        format!("{}://{}/{key}", self.scheme, self.bucket)
+    }
+    /// ferry straight to the server, not through the proxy.
+    fn direct(&self, args: &[&str]) -> Output {
+        ferry_env(args, &[(self.endpoint_var, &self.direct)], None)
     }
     /// ferry through the proxy, in the background.
     fn spawn(&self, args: &[&str]) -> JoinHandle<Output> {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let endpoint = self.proxy.endpoint();
+        let var = self.endpoint_var;
         std::thread::spawn(move || {
             let a: Vec<&str> = args.iter().map(String::as_str).collect();
-            ferry_env(&a, &[("AWS_ENDPOINT_URL", &endpoint)], None)
+            ferry_env(&a, &[(var, &endpoint)], None)
         })
     }
     /// ferry through the proxy.
@@ -72,7 +100,7 @@ impl Rig {
         );
         if out.status.success() {
             let back = src.with_extension("back");
-            let got = ferry_env(&["cp", &self.url(key), s(&back)], &[], None);
+            let got = self.direct(&["cp", &self.url(key), s(&back)]);
             assert!(
                 got.status.success(),
                 "{}",
@@ -124,6 +152,24 @@ fn connection_resets_mid_upload() {
     r.proxy
         .toxic("limit_data", "upstream", 0.4, json!({"bytes": 2 * MIB}));
     r.survives(&["--retries", "12"], &src, "reset-up");
+}
+
+#[test]
+fn gcs_connection_resets_mid_upload() {
+    let Some(r) = gcs_rig() else { return };
+    let src = r.source(40 * MIB + 1, 11);
+    r.proxy
+        .toxic("limit_data", "upstream", 0.4, json!({"bytes": 2 * MIB}));
+    r.survives(&["--retries", "12"], &src, "gcs-reset-up");
+}
+
+#[test]
+fn gcs_stall_longer_than_the_request_timeout() {
+    let Some(r) = gcs_rig() else { return };
+    let src = r.source(40 * MIB + 1, 13);
+    r.proxy
+        .toxic("timeout", "upstream", 0.5, json!({"timeout": 0}));
+    r.survives(&["--timeout", "2s", "--retries", "12"], &src, "gcs-stall");
 }
 
 #[test]

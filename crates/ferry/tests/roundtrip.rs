@@ -1,4 +1,5 @@
-//! Byte-identical round trips through real MinIO and Azurite, and store to store.
+//! Byte-identical round trips through real MinIO, Azurite and fake-gcs-server, and store to
+//! store.
 
 mod common;
 
@@ -35,6 +36,8 @@ fn bucket(scheme: &str) -> Option<String> {
     match scheme {
         "s3" => ferry_testkit::s3()
             .map(|c| format!("s3://{}", rt.block_on(ferry_testkit::s3_bucket(&c)).1)),
+        "gs" => ferry_testkit::gcs()
+            .map(|c| format!("gs://{}", rt.block_on(ferry_testkit::gcs_bucket(&c)).1)),
         _ => ferry_testkit::azure()
             .map(|c| format!("az://{}", rt.block_on(ferry_testkit::azure_container(&c)).1)),
     }
@@ -52,6 +55,35 @@ fn s3_sizes() {
 fn azure_sizes() {
     let Some(b) = bucket("az") else { return };
     sizes_round_trip(&b, EDGES);
+}
+
+#[test]
+fn gcs_sizes() {
+    let Some(b) = bucket("gs") else { return };
+    sizes_round_trip(&b, EDGES);
+}
+
+/// More blocks than one compose request takes: composed in rounds, parts gone after.
+#[test]
+fn gcs_many_blocks() {
+    let Some(b) = bucket("gs") else { return };
+    let dir = temp_dir();
+    let (src, back) = (dir.join("in"), dir.join("out"));
+    random_file(&src, 70 * MIB + 5, 9);
+    let url = format!("{b}/many");
+    let up = summary(&ok(&[
+        "cp",
+        "--json",
+        "--block-size",
+        "1MiB",
+        s(&src),
+        &url,
+    ]));
+    assert_eq!(up["block_size"], MIB, "{up}");
+    ok(&["cp", &url, s(&back)]);
+    assert!(same_file(&src, &back));
+    let listed = String::from_utf8_lossy(&ok(&["ls", &format!("{b}/")]).stdout).to_string();
+    assert_eq!(listed.lines().count(), 1, "{listed}");
 }
 
 #[test]
@@ -93,6 +125,12 @@ fn s3_stdin_stream() {
 }
 
 #[test]
+fn gcs_stdin_stream() {
+    let Some(b) = bucket("gs") else { return };
+    stream_round_trip(&b);
+}
+
+#[test]
 fn azure_stdin_stream() {
     let Some(b) = bucket("az") else { return };
     stream_round_trip(&b);
@@ -129,6 +167,12 @@ fn slow_stream_keeps_every_block(base: &str) {
 #[test]
 fn s3_slow_stream() {
     let Some(b) = bucket("s3") else { return };
+    slow_stream_keeps_every_block(&b);
+}
+
+#[test]
+fn gcs_slow_stream() {
+    let Some(b) = bucket("gs") else { return };
     slow_stream_keeps_every_block(&b);
 }
 

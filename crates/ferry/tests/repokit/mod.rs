@@ -40,6 +40,20 @@ impl Repo {
         })
     }
 
+    /// A repository in a fresh fake-gcs-server bucket, with its own metadata cache; `None`
+    /// (loud skip) without the emulator.
+    pub fn gcs() -> Option<Repo> {
+        ferry_testkit::require("STORAGE_EMULATOR_HOST")?;
+        let cache = std::env::temp_dir().join(ferry_testkit::unique("bk-cache"));
+        Some(Repo {
+            url: format!("gs://{}/repo", ferry_testkit::unique("bk")),
+            env: vec![
+                ("FERRY_PASSWORD".into(), "correct horse".into()),
+                ("FERRY_CACHE_DIR".into(), cache.display().to_string()),
+            ],
+        })
+    }
+
     /// The metadata cache this repository's runs use, if any.
     pub fn cache_dir(&self) -> Option<PathBuf> {
         self.env

@@ -1,8 +1,9 @@
-//! S3 credentials from where AWS deployments keep them, against MinIO: a profile in the shared
+//! Credentials from where deployments keep them. S3 against MinIO: a profile in the shared
 //! files, a `credential_process`, a role assumed over a source profile (MinIO's STS), and EC2
-//! instance metadata (amazon-ec2-metadata-mock serving IMDSv2). Temporary credentials are
+//! instance metadata (amazon-ec2-metadata-mock serving IMDSv2); temporary credentials are
 //! fetched again before they expire while a transfer goes on. No test reads the user's own
 //! `~/.aws`: each points AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE at its own files.
+//! GCS against fake-gcs-server: a service-account file (GOOGLE_APPLICATION_CREDENTIALS).
 
 mod common;
 
@@ -320,4 +321,39 @@ fn instance_credentials_come_from_imdsv2_and_their_absence_is_said_in_one_line()
     let out = ferry_env(&["--retries", "1", "cp", &key, "-"], &env, None);
     fails_with(&out, "no S3 credentials");
     assert!(String::from_utf8_lossy(&out.stderr).contains("instance metadata"));
+}
+
+#[test]
+fn gcs_reads_a_service_account_file() {
+    let Some(url) = ferry_testkit::require("FERRY_TEST_GCS_URL") else {
+        return;
+    };
+    let d = Dir::new();
+    // The emulator takes no token: object_store's fields for emulators say so, and where.
+    let sa = serde_json::json!({
+        "type": "service_account", "project_id": "ferry-test", "private_key_id": "",
+        "private_key": "", "client_email": "", "gcs_base_url": url, "disable_oauth": true
+    });
+    let path = d.file("sa.json", &sa.to_string());
+    let env = [
+        ("STORAGE_EMULATOR_HOST", ""),
+        ("GOOGLE_APPLICATION_CREDENTIALS", path.as_str()),
+        ("GOOGLE_CLOUD_PROJECT", ""),
+    ];
+    let bucket = format!("gs://{}", ferry_testkit::unique("ferry-sa"));
+    succeeds(&ferry_env(&["mkdir", &bucket], &env, None));
+    let key = format!("{bucket}/hostname");
+    succeeds(&ferry_env(&["cp", "/etc/hostname", &key], &env, None));
+    let out = ferry_env(&["cp", &key, "-"], &env, None);
+    assert_eq!(out.stdout, std::fs::read("/etc/hostname").unwrap());
+    // A file that is not one: said in one line.
+    let bad = d.file("bad.json", "{ not json");
+    let env = [
+        ("STORAGE_EMULATOR_HOST", ""),
+        ("GOOGLE_APPLICATION_CREDENTIALS", bad.as_str()),
+    ];
+    fails_with(
+        &ferry_env(&["cp", &key, "-"], &env, None),
+        "not a Google credentials file",
+    );
 }
