@@ -11,6 +11,7 @@ mod aws_credentials;
 mod aws_profile;
 mod azure;
 mod config;
+mod explained;
 mod gcs;
 mod metered;
 mod signed;
@@ -30,6 +31,7 @@ use object_store::{
 };
 
 pub use config::{AzureConfig, GcsConfig, S3Config};
+pub(crate) use explained::MISSING;
 
 use crate::{BlockId, Error, Limits, Meta, ObjectInfo, Result, Store, Upload, META_DIGEST};
 

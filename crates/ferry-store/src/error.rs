@@ -52,10 +52,11 @@ impl From<object_store::Error> for Error {
     fn from(e: object_store::Error) -> Self {
         use object_store::Error as E;
         let full = one_line(&e);
-        // The credential chain's own message (cloud::aws_credentials): already one line, and
-        // no retry finds credentials that are not there.
-        if let Some(at) = full.find("no S3 credentials") {
-            return Error::Denied(full[at..].to_string());
+        // A credential chain's own message (cloud::explained): already one line, and no
+        // retry finds credentials that are not there.
+        if let Some(at) = full.find(crate::cloud::MISSING) {
+            let start = full[..at].rfind("no ").unwrap_or(at);
+            return Error::Denied(full[start..].to_string());
         }
         let msg = concise(&full);
         match &e {

@@ -30,7 +30,28 @@ pub struct Location {
     pub bucket: String,
     /// Key inside the bucket, or the local path.
     pub key: String,
+    /// For `https://ACCOUNT.blob.core.windows.net/...`: the account's endpoint.
+    pub endpoint: Option<String>,
+    /// The SAS token of such a URL (its query).
+    pub sas: Option<Sas>,
 }
+
+/// A SAS token: a secret, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Sas(pub String);
+
+impl fmt::Debug for Sas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Sas(***)")
+    }
+}
+
+/// Host-name suffixes of Azure Blob endpoints (public, US government, China clouds).
+const AZURE_HOSTS: &[&str] = &[
+    ".blob.core.windows.net",
+    ".blob.core.usgovcloudapi.net",
+    ".blob.core.chinacloudapi.cn",
+];
 
 impl Location {
     /// Parses `-`, a local path, `file://PATH`, `s3://bucket/key`, `az://container/blob`,
@@ -38,26 +59,19 @@ impl Location {
     /// `rados://pool/name`.
     pub fn parse(s: &str) -> Result<Self> {
         if s == "-" {
-            return Ok(Self {
-                scheme: Scheme::Stdio,
-                bucket: String::new(),
-                key: String::new(),
-            });
+            return Ok(Self::plain(Scheme::Stdio, ""));
+        }
+        if let Some(l) = Self::azure_url(s)? {
+            return Ok(l);
         }
         let Some((scheme, rest)) = s.split_once("://") else {
             if s.is_empty() {
                 return Err(Error::Invalid("empty path".into()));
             }
-            return Ok(Self {
-                scheme: Scheme::Local,
-                bucket: String::new(),
-                key: s.to_string(),
-            });
+            return Ok(Self::plain(Scheme::Local, s));
         };
         let scheme = match scheme.to_ascii_lowercase().as_str() {
-            "file" => {
-                return Ok(Self { scheme: Scheme::Local, bucket: String::new(), key: rest.into() })
-            }
+            "file" => return Ok(Self::plain(Scheme::Local, rest)),
             "s3" => Scheme::S3,
             "az" | "azure" => Scheme::Azure,
             "gs" => Scheme::Gcs,
@@ -78,7 +92,62 @@ impl Location {
             scheme,
             bucket: bucket.into(),
             key: key.trim_start_matches('/').into(),
+            endpoint: None,
+            sas: None,
         })
+    }
+
+    fn plain(scheme: Scheme, key: &str) -> Self {
+        Self {
+            scheme,
+            bucket: String::new(),
+            key: key.into(),
+            endpoint: None,
+            sas: None,
+        }
+    }
+
+    /// `https://ACCOUNT.blob.core.windows.net/CONTAINER/BLOB[?SAS]`, as the Azure portal and
+    /// `az` print them; `None` for anything else.
+    fn azure_url(s: &str) -> Result<Option<Self>> {
+        if !s.starts_with("https://") {
+            return Ok(None);
+        }
+        let bad = |e: &dyn fmt::Display| Error::Invalid(format!("bad URL: {e}"));
+        let url = url::Url::parse(s).map_err(|e| bad(&e))?;
+        let host = url.host_str().unwrap_or_default();
+        if !AZURE_HOSTS.iter().any(|h| host.ends_with(h)) {
+            return Err(Error::Invalid(format!(
+                "'{}': an https:// URL must be an Azure Blob endpoint (ACCOUNT.blob.core.windows.net); use s3://, gs:// or az:// with an endpoint setting",
+                url.origin().ascii_serialization()
+            )));
+        }
+        let path = url.path().trim_start_matches('/');
+        let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+        if bucket.is_empty() {
+            return Err(Error::Invalid(format!("'{host}' names no container")));
+        }
+        let decode = |p: &str| {
+            percent_encoding::percent_decode_str(p)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        Ok(Some(Self {
+            scheme: Scheme::Azure,
+            bucket: decode(bucket),
+            key: decode(key),
+            endpoint: Some(format!("https://{host}")),
+            sas: url
+                .query()
+                .filter(|q| !q.is_empty())
+                .map(|q| Sas(q.to_string())),
+        }))
+    }
+
+    /// The account named by an `https://ACCOUNT.blob...` endpoint.
+    pub fn account(&self) -> Option<&str> {
+        let e = self.endpoint.as_deref()?;
+        e.strip_prefix("https://")?.split('.').next()
     }
 
     /// True for object stores (as opposed to local paths and stdio).
@@ -96,7 +165,10 @@ impl fmt::Display for Location {
             Scheme::Stdio => f.write_str("-"),
             Scheme::Local => f.write_str(&self.key),
             Scheme::S3 => write!(f, "s3://{}/{}", self.bucket, self.key),
-            Scheme::Azure => write!(f, "az://{}/{}", self.bucket, self.key),
+            Scheme::Azure => match &self.endpoint {
+                Some(e) => write!(f, "{e}/{}/{}", self.bucket, self.key),
+                None => write!(f, "az://{}/{}", self.bucket, self.key),
+            },
             Scheme::Gcs => write!(f, "gs://{}/{}", self.bucket, self.key),
             Scheme::Rados => write!(f, "rados://{}/{}", self.bucket, self.key),
         }
@@ -122,6 +194,30 @@ mod tests {
         assert_eq!(Location::parse("-").unwrap().scheme, Scheme::Stdio);
         assert_eq!(Location::parse("./x").unwrap().scheme, Scheme::Local);
         assert_eq!(Location::parse("file:///tmp/x").unwrap().key, "/tmp/x");
+    }
+
+    #[test]
+    fn parses_azure_https_urls_and_keeps_their_sas_out_of_sight() {
+        let l = Location::parse(
+            "https://acct.blob.core.windows.net/backups/pg/base%20one.tar?sv=2022-11-02&sig=a%2Bb%3D",
+        )
+        .unwrap();
+        assert_eq!(
+            (l.scheme, l.bucket.as_str(), l.key.as_str()),
+            (Scheme::Azure, "backups", "pg/base one.tar")
+        );
+        assert_eq!(l.account(), Some("acct"));
+        assert_eq!(l.sas.as_ref().unwrap().0, "sv=2022-11-02&sig=a%2Bb%3D");
+        assert!(!format!("{l:?}").contains("sig=") && !l.to_string().contains("sig="));
+        assert_eq!(
+            l.to_string(),
+            "https://acct.blob.core.windows.net/backups/pg/base one.tar"
+        );
+        let e = Location::parse("https://example.com/x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Azure Blob endpoint"), "{e}");
+        assert!(Location::parse("https://acct.blob.core.windows.net/").is_err());
     }
 
     #[test]

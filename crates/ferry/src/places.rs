@@ -105,7 +105,17 @@ impl Stores {
                 )
             }
             Scheme::Azure => {
-                let cfg = self.settings.azure.clone();
+                let mut cfg = self.settings.azure.clone();
+                // https://ACCOUNT.blob.core.windows.net/...: the URL names the account, and
+                // its SAS token (if any) is the credential.
+                if let Some(e) = &loc.endpoint {
+                    cfg.account = loc.account().map(str::to_string);
+                    cfg.endpoint = Some(e.clone());
+                    if let Some(sas) = &loc.sas {
+                        cfg.sas_token = Some(sas.0.clone());
+                        cfg.key = None;
+                    }
+                }
                 let bucket = loc.bucket.clone();
                 (
                     self.cached(&loc, || Ok(Arc::new(CloudStore::azure(&cfg, &bucket)?)))?,
@@ -141,7 +151,14 @@ impl Stores {
     fn cached(
         &mut self, loc: &Location, make: impl FnOnce() -> Result<SharedStore>,
     ) -> Result<SharedStore> {
-        let id = (format!("{:?}", loc.scheme), loc.bucket.clone());
+        let id = (
+            format!(
+                "{:?}{}",
+                loc.scheme,
+                loc.endpoint.as_deref().unwrap_or_default()
+            ),
+            loc.bucket.clone(),
+        );
         if let Some(s) = self.cache.get(&id) {
             return Ok(s.clone());
         }

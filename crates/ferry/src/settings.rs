@@ -132,6 +132,7 @@ struct AzureFile {
     account: Option<String>,
     key: Option<String>,
     endpoint: Option<String>,
+    sas_token: Option<String>,
 }
 
 /// The `[wal]` table of `ferry.toml`.
@@ -464,6 +465,7 @@ impl Settings {
         };
         azure.account = f.account.or(azure.account);
         azure.key = f.key.or(azure.key);
+        azure.sas_token = f.sas_token.or(azure.sas_token);
         azure.endpoint = f.endpoint.or(azure.endpoint);
         azure.ca_cert = ca_cert.clone().or(azure.ca_cert);
         let f = file.gcs;

@@ -4,6 +4,8 @@
 //! fetched again before they expire while a transfer goes on. No test reads the user's own
 //! `~/.aws`: each points AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE at its own files.
 //! GCS against fake-gcs-server: a service-account file (GOOGLE_APPLICATION_CREDENTIALS).
+//! Azure against Azurite: a SAS token, from AZURE_STORAGE_SAS_TOKEN and from a connection
+//! string, read-only where the token says so.
 
 mod common;
 
@@ -356,4 +358,76 @@ fn gcs_reads_a_service_account_file() {
         &ferry_env(&["cp", &key, "-"], &env, None),
         "not a Google credentials file",
     );
+}
+
+/// An account SAS for Azurite's well-known account, signed as Azure does (version 2019-12-12).
+fn azurite_sas(permissions: &str) -> String {
+    use base64::prelude::{Engine, BASE64_STANDARD};
+    use hmac::{Hmac, KeyInit, Mac};
+    let key = BASE64_STANDARD
+        .decode("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==")
+        .unwrap();
+    let (se, spr, sv) = ("2099-01-01T00:00:00Z", "https,http", "2019-12-12");
+    let to_sign = format!("devstoreaccount1\n{permissions}\nb\nsco\n\n{se}\n\n{spr}\n{sv}\n");
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(to_sign.as_bytes());
+    let sig = BASE64_STANDARD.encode(mac.finalize().into_bytes());
+    let sig = sig
+        .replace('+', "%2B")
+        .replace('/', "%2F")
+        .replace('=', "%3D");
+    format!("sv={sv}&ss=b&srt=sco&sp={permissions}&se={se}&spr={spr}&sig={sig}")
+}
+
+#[test]
+fn azure_takes_a_sas_token_from_the_environment_and_a_connection_string() {
+    let Some(_) = ferry_testkit::require("AZURE_STORAGE_CONNECTION_STRING") else {
+        return;
+    };
+    let endpoint = "http://127.0.0.1:10000/devstoreaccount1";
+    let sas = azurite_sas("rwdlac");
+    let env = [
+        ("AZURE_STORAGE_CONNECTION_STRING", ""),
+        ("AZURE_STORAGE_ACCOUNT", "devstoreaccount1"),
+        ("AZURE_STORAGE_ENDPOINT", endpoint),
+        ("AZURE_STORAGE_KEY", ""),
+        ("AZURE_STORAGE_SAS_TOKEN", sas.as_str()),
+    ];
+    let container = format!("az://{}", ferry_testkit::unique("ferry-sas"));
+    succeeds(&ferry_env(&["mkdir", &container], &env, None));
+    let d = Dir::new();
+    let src = d.0.join("data");
+    ferry_testkit::random_file(&src, 12 << 20, 5);
+    let key = format!("{container}/data");
+    succeeds(&ferry_env(
+        &["cp", &src.display().to_string(), &key],
+        &env,
+        None,
+    ));
+    // A connection string with a read-only SAS (no key): reads, and is refused a write.
+    let cs = format!(
+        "BlobEndpoint={endpoint};SharedAccessSignature={}",
+        azurite_sas("rl")
+    );
+    let ro = [
+        ("AZURE_STORAGE_CONNECTION_STRING", cs.as_str()),
+        ("AZURE_STORAGE_ACCOUNT", ""),
+        ("AZURE_STORAGE_KEY", ""),
+        ("AZURE_STORAGE_SAS_TOKEN", ""),
+    ];
+    let back = d.0.join("back");
+    succeeds(&ferry_env(
+        &["cp", &key, &back.display().to_string()],
+        &ro,
+        None,
+    ));
+    assert!(ferry_testkit::same_file(&src, &back));
+    let out = ferry_env(
+        &["cp", "/etc/hostname", &format!("{container}/no")],
+        &ro,
+        None,
+    );
+    fails_with(&out, "403");
+    // The token never shows, even in the refusal.
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("sig="));
 }

@@ -23,8 +23,9 @@ use object_store::client::{HttpClient, HttpRequestBody};
 use object_store::{CredentialProvider, StaticCredentialProvider};
 
 use super::aws_profile::{Profile, Profiles};
+use super::explained::Explained;
 use super::metered::Connector;
-use crate::error::{concise, one_line};
+use crate::error::one_line;
 use crate::{Error, Result};
 
 /// How long before expiry temporary credentials are replaced (the AWS SDKs' margin).
@@ -252,39 +253,18 @@ fn from_platform(region: &str, http: &Connector) -> Result<Found> {
         .map_err(|e| Error::Invalid(one_line(&e)))?
         .credentials()
         .clone();
-    let provider = Arc::new(Explained {
+    let provider = Arc::new(Explained::new(
         inner,
-        tried: source.clone(),
-    });
+        format!(
+            "no S3 credentials: none given (AWS_ACCESS_KEY_ID, --s3-profile, AWS_PROFILE, \
+             ~/.aws/credentials), and {source} failed"
+        ),
+    ));
     Ok(Found {
         provider,
         source,
         region: None,
     })
-}
-
-/// The last link of the chain, whose failure says what was looked for: without it, a laptop
-/// with no keys set reads only "connection refused" from 169.254.169.254.
-#[derive(Debug)]
-struct Explained {
-    inner: AwsCredentialProvider,
-    tried: String,
-}
-
-#[async_trait]
-impl CredentialProvider for Explained {
-    type Credential = AwsCredential;
-
-    async fn get_credential(&self) -> object_store::Result<Arc<AwsCredential>> {
-        self.inner.get_credential().await.map_err(|e| {
-            failed(format!(
-                "no S3 credentials: none given (AWS_ACCESS_KEY_ID, --s3-profile, AWS_PROFILE, \
-                 ~/.aws/credentials), and {} failed: {}",
-                self.tried,
-                concise(&one_line(&e))
-            ))
-        })
-    }
 }
 
 fn failed(msg: String) -> object_store::Error {

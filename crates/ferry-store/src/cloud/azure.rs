@@ -6,7 +6,7 @@ use base64::prelude::{Engine, BASE64_STANDARD};
 use bytes::Bytes;
 use http::{HeaderValue, Method};
 use md5::{Digest, Md5};
-use object_store::azure::{AzureAuthorizer, AzureCredential};
+use object_store::azure::{AzureAuthorizer, AzureCredentialProvider};
 use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
 use url::Url;
 
@@ -20,7 +20,9 @@ pub(super) struct AzureWriter {
     service: Url,
     account: String,
     container: String,
-    credential: AzureCredential,
+    /// A key, a SAS token or a bearer token (Azure AD, managed identity), whichever the
+    /// chain found; asked per request, as tokens expire.
+    credentials: AzureCredentialProvider,
 }
 
 /// Block ids must have one length within a blob: a random session tag and a fixed-width index.
@@ -39,7 +41,7 @@ fn md5_b64(data: &[u8]) -> String {
 impl AzureWriter {
     pub(super) fn new(
         http: HttpClient, endpoint: &str, account: &str, container: &str,
-        credential: AzureCredential,
+        credentials: AzureCredentialProvider,
     ) -> Result<Self> {
         let service = Url::parse(endpoint)
             .map_err(|e| Error::Invalid(format!("Azure endpoint {endpoint}: {e}")))?;
@@ -48,7 +50,7 @@ impl AzureWriter {
             service,
             account: account.into(),
             container: container.into(),
-            credential,
+            credentials,
         })
     }
 
@@ -86,7 +88,8 @@ impl AzureWriter {
                 .map_err(|e| Error::Invalid(format!("header {k}: {e}")))?;
             h.insert(name, value);
         }
-        AzureAuthorizer::new(&self.credential, &self.account).try_authorize(&mut req)?;
+        let credential = self.credentials.get_credential().await?;
+        AzureAuthorizer::new(&credential, &self.account).try_authorize(&mut req)?;
         send(&self.http, req, what).await
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use object_store::aws::{
     AmazonS3, AmazonS3Builder, AwsAuthorizer, AwsCredentialProvider, Checksum,
 };
-use object_store::azure::{AzureAccessKey, AzureCredential, MicrosoftAzure, MicrosoftAzureBuilder};
+use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
 use object_store::gcp::{GcpCredential, GoogleCloudStorage, GoogleCloudStorageBuilder};
 use object_store::{ClientOptions, RetryConfig, StaticCredentialProvider};
@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::aws_credentials;
 use super::azure::AzureWriter;
+use super::explained::Explained;
 use super::gcs::GcsWriter;
 use super::metered::{Connector, CONNECT_TIMEOUT};
 use crate::error::one_line;
@@ -234,13 +235,20 @@ impl S3Extra {
 }
 
 /// Azure settings; [`AzureConfig::from_env`] reads `AZURE_STORAGE_CONNECTION_STRING`, or
-/// `AZURE_STORAGE_ACCOUNT` with `AZURE_STORAGE_KEY` (and `AZURE_STORAGE_ENDPOINT`).
+/// `AZURE_STORAGE_ACCOUNT` with `AZURE_STORAGE_KEY` or `AZURE_STORAGE_SAS_TOKEN` (and
+/// `AZURE_STORAGE_ENDPOINT`). Without a key or SAS token, `object_store` finds the
+/// credentials: an Azure AD client secret (`AZURE_CLIENT_ID`, `AZURE_CLIENT_SECRET`,
+/// `AZURE_TENANT_ID`), workload identity (`AZURE_FEDERATED_TOKEN_FILE`), then the managed
+/// identity of the VM (IMDS).
 #[derive(Clone, Default)]
 pub struct AzureConfig {
     /// Storage account name.
     pub account: Option<String>,
     /// Account key (base64).
     pub key: Option<String>,
+    /// A SAS token (`sv=...&sig=...`), from `AZURE_STORAGE_SAS_TOKEN`, a connection string's
+    /// `SharedAccessSignature` or the query of an `https://` URL.
+    pub sas_token: Option<String>,
     /// Blob service endpoint, including the account for path-style endpoints such as
     /// Azurite's `http://127.0.0.1:10000/devstoreaccount1`.
     pub endpoint: Option<String>,
@@ -262,6 +270,9 @@ impl AzureConfig {
             .key
             .or_else(|| env(&["AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCOUNT_KEY"]));
         c.endpoint = c.endpoint.or_else(|| env(&["AZURE_STORAGE_ENDPOINT"]));
+        c.sas_token = c
+            .sas_token
+            .or_else(|| env(&["AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_SAS_KEY"]));
         c.ca_cert = env(&["SSL_CERT_FILE"]).map(PathBuf::from);
         c
     }
@@ -278,6 +289,10 @@ impl AzureConfig {
             match k.trim() {
                 "AccountName" => c.account = Some(v.into()),
                 "AccountKey" => c.key = Some(v.into()),
+                // The token itself holds '=': everything after the first one.
+                "SharedAccessSignature" => {
+                    c.sas_token = part.split_once('=').map(|(_, t)| t.to_string())
+                }
                 "BlobEndpoint" => c.endpoint = Some(v.trim_end_matches('/').into()),
                 "DefaultEndpointsProtocol" => protocol = v.into(),
                 "EndpointSuffix" => suffix = Some(v.to_string()),
@@ -294,13 +309,20 @@ impl AzureConfig {
                 c.endpoint = Some(format!("{protocol}://{a}.blob.{s}"));
             }
         }
+        // A SAS connection string names no account: the endpoint does, in its host
+        // (ACCOUNT.blob.core.windows.net) or, for emulators, its path (HOST:PORT/ACCOUNT).
+        if c.account.is_none() {
+            c.account = c.endpoint.as_deref().and_then(account_of_endpoint);
+        }
         c
     }
 
     pub(super) fn build(&self, container: &str) -> Result<(MicrosoftAzure, AzureWriter)> {
-        let (Some(account), Some(key)) = (&self.account, &self.key) else {
+        let Some(account) = &self.account else {
             return Err(Error::Invalid(
-                "no Azure credentials: set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY".into(),
+                "no Azure account: set AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT, \
+                 or give https://ACCOUNT.blob.core.windows.net/CONTAINER/..."
+                    .into(),
             ));
         };
         let endpoint = self
@@ -308,23 +330,87 @@ impl AzureConfig {
             .clone()
             .unwrap_or_else(|| format!("https://{account}.blob.core.windows.net"));
         let http = connector(self.ca_cert.as_ref())?;
-        let az = MicrosoftAzureBuilder::new()
+        let mut b = MicrosoftAzureBuilder::new()
             .with_account(account)
-            .with_access_key(key)
             .with_container_name(container)
             .with_endpoint(endpoint.clone())
             .with_allow_http(endpoint.starts_with("http://"))
             .with_retry(no_retries())
             .with_client_options(client_options(Some(&endpoint)))
-            .with_http_connector(http.clone())
-            .build()
-            .map_err(|e| Error::Invalid(one_line(&e)))?;
-        let credential = AzureCredential::AccessKey(
-            AzureAccessKey::try_new(key).map_err(|e| Error::Invalid(one_line(&e)))?,
-        );
-        let writer = AzureWriter::new(http.http(), &endpoint, account, container, credential)?;
+            .with_http_connector(http.clone());
+        // What object_store's chain reads, set ones only (its from_env takes an empty
+        // variable for a value).
+        for (key, vars) in [
+            (
+                AzureConfigKey::ClientId,
+                &["AZURE_CLIENT_ID", "AZURE_STORAGE_CLIENT_ID"][..],
+            ),
+            (
+                AzureConfigKey::ClientSecret,
+                &["AZURE_CLIENT_SECRET", "AZURE_STORAGE_CLIENT_SECRET"],
+            ),
+            (
+                AzureConfigKey::AuthorityId,
+                &["AZURE_TENANT_ID", "AZURE_STORAGE_TENANT_ID"],
+            ),
+            (AzureConfigKey::AuthorityHost, &["AZURE_AUTHORITY_HOST"]),
+            (
+                AzureConfigKey::FederatedTokenFile,
+                &["AZURE_FEDERATED_TOKEN_FILE"],
+            ),
+            (
+                AzureConfigKey::MsiEndpoint,
+                &["AZURE_MSI_ENDPOINT", "IDENTITY_ENDPOINT", "MSI_ENDPOINT"],
+            ),
+            (AzureConfigKey::ObjectId, &["AZURE_OBJECT_ID"]),
+            (AzureConfigKey::MsiResourceId, &["AZURE_MSI_RESOURCE_ID"]),
+            (AzureConfigKey::UseAzureCli, &["AZURE_USE_AZURE_CLI"]),
+        ] {
+            if let Some(v) = env(vars) {
+                b = b.with_config(key, v);
+            }
+        }
+        let given = match (&self.key, &self.sas_token) {
+            (Some(key), _) => {
+                b = b.with_access_key(key);
+                true
+            }
+            (None, Some(sas)) => {
+                b = b.with_config(AzureConfigKey::SasKey, sas.trim_start_matches('?'));
+                true
+            }
+            (None, None) => false,
+        };
+        let build = |b: MicrosoftAzureBuilder| b.build().map_err(|e| Error::Invalid(one_line(&e)));
+        let az = match given {
+            true => build(b)?,
+            // The chain object_store assembles, its failure explained, for both clients.
+            false => {
+                let chain = build(b.clone())?.credentials().clone();
+                let explained = Explained::new(
+                    chain,
+                    "no Azure credentials: none given (AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN, \
+                     a connection string, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET, \
+                     AZURE_FEDERATED_TOKEN_FILE), and managed identity failed"
+                        .into(),
+                );
+                build(b.with_credentials(Arc::new(explained)))?
+            }
+        };
+        let credentials = az.credentials().clone();
+        let writer = AzureWriter::new(http.http(), &endpoint, account, container, credentials)?;
         Ok((az, writer))
     }
+}
+
+fn account_of_endpoint(endpoint: &str) -> Option<String> {
+    let u = url::Url::parse(endpoint).ok()?;
+    let host = u.host_str()?;
+    let name = match host.split_once(".blob.") {
+        Some((account, _)) => account,
+        None => u.path_segments()?.find(|s| !s.is_empty())?,
+    };
+    Some(name.to_string())
 }
 
 /// Google Cloud Storage settings; [`GcsConfig::from_env`] reads `STORAGE_EMULATOR_HOST`,
@@ -453,6 +539,7 @@ impl std::fmt::Debug for AzureConfig {
         f.debug_struct("AzureConfig")
             .field("account", &self.account)
             .field("key", &hidden(&self.key))
+            .field("sas_token", &hidden(&self.sas_token))
             .field("endpoint", &self.endpoint)
             .field("ca_cert", &self.ca_cert)
             .finish()
@@ -462,6 +549,19 @@ impl std::fmt::Debug for AzureConfig {
 #[cfg(test)]
 mod secret_tests {
     use super::*;
+
+    #[test]
+    fn a_sas_connection_string_names_its_account_by_its_endpoint() {
+        let c = AzureConfig::from_connection_string(
+            "BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=sv=1&sig=a%3D",
+        );
+        assert_eq!(c.account.as_deref(), Some("acct"));
+        assert_eq!(c.sas_token.as_deref(), Some("sv=1&sig=a%3D"));
+        let c = AzureConfig::from_connection_string(
+            "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;SharedAccessSignature=sv=1",
+        );
+        assert_eq!(c.account.as_deref(), Some("devstoreaccount1"));
+    }
 
     #[test]
     fn debug_output_hides_secrets() {
