@@ -107,7 +107,7 @@ fn path(key: &str) -> Result<Path> {
     Path::parse(key).map_err(|e| Error::Invalid(format!("bad object key '{key}': {e}")))
 }
 
-fn attributes(meta: &Meta) -> Attributes {
+fn attributes(meta: &Meta, class: Option<&String>) -> Attributes {
     meta.iter()
         .map(|(k, v)| {
             (
@@ -115,6 +115,7 @@ fn attributes(meta: &Meta) -> Attributes {
                 object_store::AttributeValue::from(v.clone()),
             )
         })
+        .chain(class.map(|c| (Attribute::StorageClass, c.clone().into())))
         .collect()
 }
 
@@ -160,8 +161,9 @@ impl Store for CloudStore {
     }
 
     fn digest(&self, info: &ObjectInfo) -> Option<String> {
-        match self.flavor {
-            Flavor::S3(_) => info.etag.clone().filter(|e| is_md5_etag(e)),
+        match &self.flavor {
+            Flavor::S3(extra) if extra.md5_etags => info.etag.clone().filter(|e| is_md5_etag(e)),
+            Flavor::S3(_) => info.meta.get(META_DIGEST).cloned(),
             Flavor::Azure(_) | Flavor::Gcs(_) => info.meta.get(META_DIGEST).cloned(),
         }
     }
@@ -169,10 +171,10 @@ impl Store for CloudStore {
     async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()> {
         match &self.flavor {
             Flavor::Azure(w) => w.put_blob(key, data, meta).await,
-            Flavor::Gcs(w) => w.insert(key, data, meta).await,
-            Flavor::S3(_) => {
+            Flavor::Gcs(w) => w.put(key, data, meta).await,
+            Flavor::S3(extra) => {
                 let opts = PutOptions {
-                    attributes: attributes(meta),
+                    attributes: attributes(meta, extra.storage_class.as_ref()),
                     ..Default::default()
                 };
                 self.inner
@@ -204,6 +206,9 @@ impl Store for CloudStore {
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo> {
+        if let Flavor::S3(extra) = &self.flavor {
+            return extra.head(key).await;
+        }
         let opts = GetOptions {
             head: true,
             ..Default::default()
@@ -267,11 +272,11 @@ impl Store for CloudStore {
     }
 
     async fn start_upload(&self, key: &str, meta: &Meta) -> Result<Upload> {
-        let id = match self.flavor {
+        let id = match &self.flavor {
             Flavor::Azure(_) | Flavor::Gcs(_) => azure::new_session_id(),
-            Flavor::S3(_) => {
+            Flavor::S3(extra) => {
                 let opts = PutMultipartOptions {
-                    attributes: attributes(meta),
+                    attributes: attributes(meta, extra.storage_class.as_ref()),
                     ..Default::default()
                 };
                 self.multipart()
@@ -313,7 +318,15 @@ impl Store for CloudStore {
                     .multipart()
                     .complete_multipart(&path(&up.key)?, &up.id, parts)
                     .await?;
-                Ok(unquote(done.e_tag).filter(|e| is_md5_etag(e)))
+                let md5 = matches!(&self.flavor, Flavor::S3(x) if x.md5_etags);
+                let etag = unquote(done.e_tag).filter(|e| md5 && is_md5_etag(e));
+                // A bucket encrypting with KMS by default answers an ETag that is not an MD5:
+                // before that reads as damage, ask the object how it is stored.
+                let sent = meta.get(META_DIGEST);
+                if etag.is_some() && sent.is_some() && etag.as_ref() != sent {
+                    return Ok(self.head(&up.key).await?.etag);
+                }
+                Ok(etag)
             }
         }
     }

@@ -58,6 +58,18 @@ pub struct Global {
     /// S3 addressing: `virtual` (the bucket in the host name, AWS's way) or `path` (MinIO, Ceph RGW) [default: virtual on AWS, path with --s3-endpoint].
     #[arg(long, global = true, env = "FERRY_S3_ADDRESSING_STYLE", value_parser = ["path", "virtual"])]
     pub s3_addressing_style: Option<String>,
+    /// Storage class of objects written: S3's (STANDARD_IA, GLACIER_IR, ...), Azure's access tier (Hot, Cool, Cold, Archive) or GCS's (NEARLINE, COLDLINE, ...).
+    #[arg(long, global = true, env = "FERRY_STORAGE_CLASS")]
+    pub storage_class: Option<String>,
+    /// S3 server-side encryption: AES256, aws:kms or aws:kms:dsse.
+    #[arg(long, global = true, env = "FERRY_SSE")]
+    pub sse: Option<String>,
+    /// KMS key for --sse aws:kms [default: the bucket's].
+    #[arg(long, global = true, env = "FERRY_SSE_KMS_KEY_ID")]
+    pub sse_kms_key_id: Option<String>,
+    /// S3 SSE-C: a file holding the 256-bit key (32 bytes, or their base64); every request then carries it, over https only.
+    #[arg(long, global = true, env = "FERRY_SSE_C_KEY_FILE")]
+    pub sse_c_key_file: Option<PathBuf>,
     /// Google Cloud Storage endpoint, for an emulator (requests then carry no token) [default: STORAGE_EMULATOR_HOST, or Google].
     #[arg(long, global = true, env = "FERRY_GCS_ENDPOINT")]
     pub gcs_endpoint: Option<String>,

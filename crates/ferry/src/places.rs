@@ -105,6 +105,7 @@ impl Stores {
                 )
             }
             Scheme::Azure => {
+                self.no_sse(&loc)?;
                 let mut cfg = self.settings.azure.clone();
                 // https://ACCOUNT.blob.core.windows.net/...: the URL names the account, and
                 // its SAS token (if any) is the credential.
@@ -123,6 +124,7 @@ impl Stores {
                 )
             }
             Scheme::Gcs => {
+                self.no_sse(&loc)?;
                 let cfg = self.settings.gcs.clone();
                 let bucket = loc.bucket.clone();
                 (
@@ -146,6 +148,18 @@ impl Stores {
             key,
             dir_hint,
         })
+    }
+
+    /// S3's encryption settings are refused elsewhere rather than silently ignored.
+    fn no_sse(&self, loc: &Location) -> Result<()> {
+        let s3 = &self.settings.s3;
+        if s3.sse.is_some() || s3.sse_kms_key_id.is_some() || s3.sse_c_key.is_some() {
+            bail!(
+                "{loc}: --sse, --sse-kms-key-id and --sse-c-key-file are S3's; Azure and GCS \
+                 encrypt at rest always (customer-managed keys are set on the account or bucket)"
+            );
+        }
+        Ok(())
     }
 
     fn cached(

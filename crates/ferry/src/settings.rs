@@ -23,6 +23,7 @@ struct File {
     timeout: Option<String>,
     retries: Option<u32>,
     ca_cert: Option<PathBuf>,
+    storage_class: Option<String>,
     repo: Option<String>,
     #[serde(default)]
     wal: WalFile,
@@ -111,6 +112,9 @@ struct S3File {
     region: Option<String>,
     profile: Option<String>,
     addressing_style: Option<String>,
+    sse: Option<String>,
+    sse_kms_key_id: Option<String>,
+    sse_c_key_file: Option<PathBuf>,
     access_key_id: Option<String>,
     secret_access_key: Option<String>,
 }
@@ -337,6 +341,16 @@ const FIELDS: &[Field] = &[
     }),
     ("--s3-region", "FERRY_S3_REGION", |g| g.s3_region.clone()),
     ("--s3-profile", "FERRY_S3_PROFILE", |g| g.s3_profile.clone()),
+    ("--storage-class", "FERRY_STORAGE_CLASS", |g| {
+        g.storage_class.clone()
+    }),
+    ("--sse", "FERRY_SSE", |g| g.sse.clone()),
+    ("--sse-kms-key-id", "FERRY_SSE_KMS_KEY_ID", |g| {
+        g.sse_kms_key_id.clone()
+    }),
+    ("--sse-c-key-file", "FERRY_SSE_C_KEY_FILE", |g| {
+        path(&g.sse_c_key_file)
+    }),
     ("--gcs-endpoint", "FERRY_GCS_ENDPOINT", |g| {
         g.gcs_endpoint.clone()
     }),
@@ -359,6 +373,27 @@ const FIELDS: &[Field] = &[
     }),
     ("--rados-aio", "FERRY_RADOS_AIO", |g| text(g.rados_aio)),
 ];
+
+/// An SSE-C key file: 32 bytes, or their base64 (with or without a trailing newline); the
+/// key as S3 wants it, base64. The key is never printed.
+fn sse_c_key(p: &Path) -> Result<String> {
+    use base64::prelude::{Engine, BASE64_STANDARD};
+    let raw = std::fs::read(p).with_context(|| format!("SSE-C key file {}", p.display()))?;
+    let key = match raw.len() {
+        32 => raw,
+        _ => BASE64_STANDARD
+            .decode(raw.trim_ascii())
+            .ok()
+            .filter(|k| k.len() == 32)
+            .with_context(|| {
+                format!(
+                    "SSE-C key file {}: not a 256-bit key (32 bytes, or their base64)",
+                    p.display()
+                )
+            })?,
+    };
+    Ok(BASE64_STANDARD.encode(key))
+}
 
 fn path(p: &Option<PathBuf>) -> Option<String> {
     p.as_deref().map(abs)
@@ -441,6 +476,16 @@ impl Settings {
         s3.access_key_id = f.access_key_id.or(s3.access_key_id);
         s3.secret_access_key = f.secret_access_key.or(s3.secret_access_key);
         s3.profile = g.s3_profile.clone().or(f.profile).or(s3.profile);
+        let class = g.storage_class.clone().or(file.storage_class);
+        s3.storage_class = class.clone();
+        s3.sse = g.sse.clone().or(f.sse);
+        s3.sse_kms_key_id = g.sse_kms_key_id.clone().or(f.sse_kms_key_id);
+        s3.sse_c_key = g
+            .sse_c_key_file
+            .clone()
+            .or(f.sse_c_key_file)
+            .map(|p| sse_c_key(&p))
+            .transpose()?;
         s3.virtual_hosted = match g
             .s3_addressing_style
             .clone()
@@ -466,6 +511,7 @@ impl Settings {
         azure.account = f.account.or(azure.account);
         azure.key = f.key.or(azure.key);
         azure.sas_token = f.sas_token.or(azure.sas_token);
+        azure.access_tier = class.clone();
         azure.endpoint = f.endpoint.or(azure.endpoint);
         azure.ca_cert = ca_cert.clone().or(azure.ca_cert);
         let f = file.gcs;
@@ -474,6 +520,7 @@ impl Settings {
         gcs.service_account = f.service_account.or(gcs.service_account);
         gcs.project = f.project.or(gcs.project);
         gcs.ca_cert = ca_cert.or(gcs.ca_cert);
+        gcs.storage_class = class;
         let f = file.rados;
         let rados = Rados {
             conf: g.ceph_conf.clone().or(f.conf),

@@ -360,32 +360,13 @@ fn gcs_reads_a_service_account_file() {
     );
 }
 
-/// An account SAS for Azurite's well-known account, signed as Azure does (version 2019-12-12).
-fn azurite_sas(permissions: &str) -> String {
-    use base64::prelude::{Engine, BASE64_STANDARD};
-    use hmac::{Hmac, KeyInit, Mac};
-    let key = BASE64_STANDARD
-        .decode("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==")
-        .unwrap();
-    let (se, spr, sv) = ("2099-01-01T00:00:00Z", "https,http", "2019-12-12");
-    let to_sign = format!("devstoreaccount1\n{permissions}\nb\nsco\n\n{se}\n\n{spr}\n{sv}\n");
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
-    mac.update(to_sign.as_bytes());
-    let sig = BASE64_STANDARD.encode(mac.finalize().into_bytes());
-    let sig = sig
-        .replace('+', "%2B")
-        .replace('/', "%2F")
-        .replace('=', "%3D");
-    format!("sv={sv}&ss=b&srt=sco&sp={permissions}&se={se}&spr={spr}&sig={sig}")
-}
-
 #[test]
 fn azure_takes_a_sas_token_from_the_environment_and_a_connection_string() {
     let Some(_) = ferry_testkit::require("AZURE_STORAGE_CONNECTION_STRING") else {
         return;
     };
     let endpoint = "http://127.0.0.1:10000/devstoreaccount1";
-    let sas = azurite_sas("rwdlac");
+    let sas = common::azurite_sas("rwdlac");
     let env = [
         ("AZURE_STORAGE_CONNECTION_STRING", ""),
         ("AZURE_STORAGE_ACCOUNT", "devstoreaccount1"),
@@ -407,7 +388,7 @@ fn azure_takes_a_sas_token_from_the_environment_and_a_connection_string() {
     // A connection string with a read-only SAS (no key): reads, and is refused a write.
     let cs = format!(
         "BlobEndpoint={endpoint};SharedAccessSignature={}",
-        azurite_sas("rl")
+        common::azurite_sas("rl")
     );
     let ro = [
         ("AZURE_STORAGE_CONNECTION_STRING", cs.as_str()),

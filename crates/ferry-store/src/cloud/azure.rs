@@ -23,6 +23,8 @@ pub(super) struct AzureWriter {
     /// A key, a SAS token or a bearer token (Azure AD, managed identity), whichever the
     /// chain found; asked per request, as tokens expire.
     credentials: AzureCredentialProvider,
+    /// `x-ms-access-tier` of every blob committed.
+    tier: Option<String>,
 }
 
 /// Block ids must have one length within a blob: a random session tag and a fixed-width index.
@@ -41,7 +43,7 @@ fn md5_b64(data: &[u8]) -> String {
 impl AzureWriter {
     pub(super) fn new(
         http: HttpClient, endpoint: &str, account: &str, container: &str,
-        credentials: AzureCredentialProvider,
+        credentials: AzureCredentialProvider, tier: Option<String>,
     ) -> Result<Self> {
         let service = Url::parse(endpoint)
             .map_err(|e| Error::Invalid(format!("Azure endpoint {endpoint}: {e}")))?;
@@ -51,6 +53,7 @@ impl AzureWriter {
             account: account.into(),
             container: container.into(),
             credentials,
+            tier,
         })
     }
 
@@ -93,14 +96,20 @@ impl AzureWriter {
         send(&self.http, req, what).await
     }
 
-    fn meta_headers(meta: &Meta) -> Vec<(String, String)> {
+    /// Metadata and the access tier: what a committed blob carries.
+    fn meta_headers(&self, meta: &Meta) -> Vec<(String, String)> {
         meta.iter()
             .map(|(k, v)| (format!("x-ms-meta-{k}"), v.clone()))
+            .chain(
+                self.tier
+                    .iter()
+                    .map(|t| ("x-ms-access-tier".into(), t.clone())),
+            )
             .collect()
     }
 
     pub(super) async fn put_blob(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()> {
-        let mut h = Self::meta_headers(meta);
+        let mut h = self.meta_headers(meta);
         h.push(("x-ms-blob-type".into(), "BlockBlob".into()));
         h.push(("content-md5".into(), md5_b64(&data)));
         self.put(self.url(Some(key), &[]), data, &h, &format!("put {key}"))
@@ -126,7 +135,7 @@ impl AzureWriter {
             xml.push_str("</Latest>");
         }
         xml.push_str("</BlockList>");
-        let mut h = Self::meta_headers(meta);
+        let mut h = self.meta_headers(meta);
         h.push(("content-md5".into(), md5_b64(xml.as_bytes())));
         let url = self.url(Some(&up.key), &[("comp", "blocklist")]);
         self.put(url, Bytes::from(xml), &h, &format!("commit {}", up.key))

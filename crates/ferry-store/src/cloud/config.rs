@@ -82,6 +82,60 @@ pub struct S3Config {
     pub virtual_hosted: Option<bool>,
     /// PEM file of extra trusted CAs, or the server's own certificate.
     pub ca_cert: Option<PathBuf>,
+    /// Storage class of every object written (`STANDARD_IA`, `GLACIER_IR`, ...).
+    pub storage_class: Option<String>,
+    /// Server-side encryption: `AES256`, `aws:kms` or `aws:kms:dsse`.
+    pub sse: Option<String>,
+    /// The KMS key of `aws:kms` (the bucket's default key when unset).
+    pub sse_kms_key_id: Option<String>,
+    /// SSE-C: the customer's 256-bit key, base64; sent with every request, so over TLS only.
+    pub sse_c_key: Option<String>,
+}
+
+/// The three headers of SSE-C, for the requests ferry signs itself.
+fn sse_c_headers(key_b64: &str) -> [(&'static str, String); 3] {
+    use base64::prelude::{Engine, BASE64_STANDARD};
+    use md5::{Digest, Md5};
+    let raw = BASE64_STANDARD.decode(key_b64).unwrap_or_default();
+    [
+        (
+            "x-amz-server-side-encryption-customer-algorithm",
+            "AES256".into(),
+        ),
+        ("x-amz-server-side-encryption-customer-key", key_b64.into()),
+        (
+            "x-amz-server-side-encryption-customer-key-md5",
+            BASE64_STANDARD.encode(Md5::digest(&raw)),
+        ),
+    ]
+}
+
+/// The storage classes S3 knows (MinIO: STANDARD and REDUCED_REDUNDANCY).
+const S3_CLASSES: &[&str] = &[
+    "STANDARD",
+    "REDUCED_REDUNDANCY",
+    "STANDARD_IA",
+    "ONEZONE_IA",
+    "INTELLIGENT_TIERING",
+    "GLACIER",
+    "GLACIER_IR",
+    "DEEP_ARCHIVE",
+    "OUTPOSTS",
+    "EXPRESS_ONEZONE",
+];
+
+/// `value` if it is one of `known` (any case), in the cloud's spelling; else one line.
+pub(super) fn pick_class(value: &str, known: &[&str], cloud: &str) -> Result<String> {
+    known
+        .iter()
+        .find(|k| k.eq_ignore_ascii_case(value))
+        .map(|k| k.to_string())
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "storage class '{value}' is not one of {cloud}'s: {}",
+                known.join(", ")
+            ))
+        })
 }
 
 impl S3Config {
@@ -96,6 +150,7 @@ impl S3Config {
             profile: env(&["AWS_PROFILE"]),
             virtual_hosted: None,
             ca_cert: env(&["AWS_CA_BUNDLE", "SSL_CERT_FILE"]).map(PathBuf::from),
+            ..Default::default()
         }
     }
 
@@ -116,6 +171,68 @@ impl S3Config {
         u.set_host(Some(&format!("{bucket}.{host}")))
             .map_err(|e| Error::Invalid(format!("bucket '{bucket}' in a host name: {e}")))?;
         Ok(u.as_str().trim_end_matches('/').to_string())
+    }
+
+    /// `object_store`'s settings for the encryption asked for, checked first.
+    fn encryption(&self, url: &str) -> Result<Vec<(&'static str, String)>> {
+        let mut out = Vec::new();
+        match (self.sse.as_deref(), &self.sse_c_key) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Invalid(
+                    "--sse and --sse-c-key-file: one server-side encryption, not both".into(),
+                ))
+            }
+            (None, Some(key)) => {
+                if !url.starts_with("https://") {
+                    return Err(Error::Invalid(format!(
+                        "SSE-C sends its key with every request: {url} is not https"
+                    )));
+                }
+                // Not object_store's SSE-C setting: it leaves the key out of
+                // CompleteMultipartUpload, which S3 then refuses for an upload with checksums.
+                // The key goes on every request instead (client_options' default headers).
+                let _ = key;
+            }
+            (Some(kind), None) => {
+                let kind = ["AES256", "aws:kms", "aws:kms:dsse"]
+                    .into_iter()
+                    .find(|k| k.eq_ignore_ascii_case(kind))
+                    .ok_or_else(|| {
+                        Error::Invalid(format!("--sse '{kind}': AES256, aws:kms or aws:kms:dsse"))
+                    })?;
+                out.push(("aws_server_side_encryption", kind.to_string()));
+                if let Some(id) = &self.sse_kms_key_id {
+                    if kind == "AES256" {
+                        return Err(Error::Invalid(
+                            "--sse-kms-key-id goes with --sse aws:kms".into(),
+                        ));
+                    }
+                    out.push(("aws_sse_kms_key_id", id.clone()));
+                }
+            }
+            (None, None) if self.sse_kms_key_id.is_some() => {
+                return Err(Error::Invalid(
+                    "--sse-kms-key-id goes with --sse aws:kms".into(),
+                ))
+            }
+            (None, None) => {}
+        }
+        Ok(out)
+    }
+
+    /// SSE-C's three headers on every request (S3 ignores them where no object is read or
+    /// written), marked sensitive so that no log prints the key.
+    fn sse_c_options(&self, o: ClientOptions) -> ClientOptions {
+        let Some(key) = &self.sse_c_key else {
+            return o;
+        };
+        let mut h = http::HeaderMap::new();
+        for (name, value) in sse_c_headers(key) {
+            let mut v = http::HeaderValue::from_str(&value).expect("base64 is a header value");
+            v.set_sensitive(true);
+            h.insert(name, v);
+        }
+        o.with_default_headers(h)
     }
 
     pub(super) fn build(&self, bucket: &str) -> Result<(AmazonS3, S3Extra)> {
@@ -146,19 +263,37 @@ impl S3Config {
             .or(found.region)
             .unwrap_or_else(|| "us-east-1".into());
         let bucket_url = self.bucket_url(bucket, &region)?;
-        let s3 = AmazonS3Builder::new()
+        let storage_class = self
+            .storage_class
+            .as_deref()
+            .map(|c| pick_class(c, S3_CLASSES, "S3"))
+            .transpose()?;
+        let mut b = AmazonS3Builder::new();
+        for (key, value) in self.encryption(&bucket_url)? {
+            let key = key.parse().expect("object_store's own key name");
+            b = b.with_config(key, value);
+        }
+        let s3 = b
             .with_bucket_name(bucket)
             .with_region(&region)
             .with_checksum_algorithm(Checksum::SHA256)
             .with_retry(no_retries())
-            .with_client_options(client_options(Some(&bucket_url)))
+            .with_client_options(self.sse_c_options(client_options(Some(&bucket_url))))
             .with_http_connector(http.clone())
             .with_endpoint(&bucket_url)
             .with_virtual_hosted_style_request(true)
             .with_credentials(found.provider.clone())
             .build()
             .map_err(|e| Error::Invalid(one_line(&e)))?;
+        let md5_etags = self.sse_c_key.is_none()
+            && !self
+                .sse
+                .as_deref()
+                .is_some_and(|k| k.to_ascii_lowercase().starts_with("aws:kms"));
         let extra = S3Extra {
+            storage_class,
+            sse_c_key: self.sse_c_key.clone(),
+            md5_etags,
             http: http.http(),
             bucket_url,
             region,
@@ -168,9 +303,15 @@ impl S3Config {
     }
 }
 
-/// What S3 needs beyond `object_store`: bucket creation, open uploads.
+/// What S3 needs beyond `object_store`: bucket creation, open uploads, the storage class.
 #[derive(Debug)]
 pub(super) struct S3Extra {
+    pub storage_class: Option<String>,
+    /// The SSE-C key (base64), which every request on an object must carry.
+    sse_c_key: Option<String>,
+    /// False under SSE-KMS and SSE-C, whose ETags are not the content's MD5: ferry's digest
+    /// is then read from the object's metadata, as on Azure.
+    pub md5_etags: bool,
     http: HttpClient,
     /// The bucket's URL, path- or host-style.
     bucket_url: String,
@@ -184,6 +325,61 @@ impl S3Extra {
         AwsAuthorizer::new(&c, "s3", &self.region)
             .try_authorize(req, None)
             .map_err(Error::from)
+    }
+
+    /// HEAD of `key`, signed here rather than by `object_store`, whose answer drops the
+    /// headers that say how the object is encrypted: under SSE-KMS or SSE-C (asked for, or the
+    /// bucket's default) the ETag is not the content's MD5 and is left out.
+    pub(super) async fn head(&self, key: &str) -> Result<crate::ObjectInfo> {
+        let mut url = url::Url::parse(&self.bucket_url)
+            .map_err(|e| Error::Invalid(format!("bucket URL: {e}")))?;
+        url.path_segments_mut()
+            .map_err(|()| Error::Invalid("bucket URL".into()))?
+            .pop_if_empty()
+            .extend(key.split('/'));
+        let mut req = http::Request::builder()
+            .method(http::Method::HEAD)
+            .uri(url.as_str())
+            .body(HttpRequestBody::empty())
+            .map_err(|e| Error::Invalid(format!("head {key}: {e}")))?;
+        if let Some(k) = &self.sse_c_key {
+            let h = req.headers_mut();
+            for (name, value) in sse_c_headers(k) {
+                h.insert(name, http::HeaderValue::from_str(&value).expect("base64"));
+            }
+        }
+        self.sign(&mut req).await?;
+        let what = format!("head {key}");
+        let (h, _) = match super::signed::send_for_response(&self.http, req, &what).await {
+            // A HEAD has no body to say why; SSE-C without the key is the usual reason.
+            Err(Error::Permanent(m)) if m.contains("400") && self.sse_c_key.is_none() => {
+                return Err(Error::Permanent(format!(
+                    "{m} (an object encrypted with SSE-C is read with its key: --sse-c-key-file)"
+                )))
+            }
+            r => r?,
+        };
+        let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+        let encrypted = text("x-amz-server-side-encryption")
+            .is_some_and(|v| v.starts_with("aws:kms"))
+            || text("x-amz-server-side-encryption-customer-algorithm").is_some();
+        let meta = h
+            .iter()
+            .filter_map(|(k, v)| {
+                let k = k.as_str().strip_prefix("x-amz-meta-")?;
+                Some((k.to_string(), v.to_str().ok()?.to_string()))
+            })
+            .collect();
+        Ok(crate::ObjectInfo {
+            key: key.into(),
+            size: text("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            etag: text("etag")
+                .map(|e| e.trim_matches('"').to_string())
+                .filter(|_| !encrypted),
+            meta,
+        })
     }
 
     /// Keys of multipart uploads started and neither completed nor aborted.
@@ -246,6 +442,8 @@ pub struct AzureConfig {
     pub account: Option<String>,
     /// Account key (base64).
     pub key: Option<String>,
+    /// Access tier of every blob written: `Hot`, `Cool`, `Cold` or `Archive`.
+    pub access_tier: Option<String>,
     /// A SAS token (`sv=...&sig=...`), from `AZURE_STORAGE_SAS_TOKEN`, a connection string's
     /// `SharedAccessSignature` or the query of an `https://` URL.
     pub sas_token: Option<String>,
@@ -398,7 +596,19 @@ impl AzureConfig {
             }
         };
         let credentials = az.credentials().clone();
-        let writer = AzureWriter::new(http.http(), &endpoint, account, container, credentials)?;
+        let tier = self
+            .access_tier
+            .as_deref()
+            .map(|t| pick_class(t, &["Hot", "Cool", "Cold", "Archive"], "Azure"))
+            .transpose()?;
+        let writer = AzureWriter::new(
+            http.http(),
+            &endpoint,
+            account,
+            container,
+            credentials,
+            tier,
+        )?;
         Ok((az, writer))
     }
 }
@@ -426,6 +636,8 @@ pub struct GcsConfig {
     pub service_account: Option<PathBuf>,
     /// Project new buckets are made in.
     pub project: Option<String>,
+    /// Storage class of every object written: `STANDARD`, `NEARLINE`, `COLDLINE`, `ARCHIVE`.
+    pub storage_class: Option<String>,
     /// PEM file of extra trusted CAs, or the server's own certificate.
     pub ca_cert: Option<PathBuf>,
 }
@@ -455,6 +667,7 @@ impl GcsConfig {
                 "GCLOUD_PROJECT",
             ]),
             ca_cert: env(&["SSL_CERT_FILE"]).map(PathBuf::from),
+            storage_class: None,
         }
     }
 
@@ -503,12 +716,18 @@ impl GcsConfig {
             .clone()
             .or_else(|| sa.and_then(|(_, sa)| sa.project_id))
             .or_else(|| self.endpoint.as_ref().map(|_| "ferry".to_string()));
+        let class = self
+            .storage_class
+            .as_deref()
+            .map(|c| pick_class(c, &["STANDARD", "NEARLINE", "COLDLINE", "ARCHIVE"], "GCS"))
+            .transpose()?;
         let writer = GcsWriter::new(
             http.http(),
             &base,
             bucket,
             project,
             gcs.credentials().clone(),
+            class,
         )?;
         Ok((gcs, writer))
     }
@@ -530,6 +749,10 @@ impl std::fmt::Debug for S3Config {
             .field("profile", &self.profile)
             .field("virtual_hosted", &self.virtual_hosted)
             .field("ca_cert", &self.ca_cert)
+            .field("storage_class", &self.storage_class)
+            .field("sse", &self.sse)
+            .field("sse_kms_key_id", &self.sse_kms_key_id)
+            .field("sse_c_key", &hidden(&self.sse_c_key))
             .finish()
     }
 }
@@ -541,6 +764,7 @@ impl std::fmt::Debug for AzureConfig {
             .field("key", &hidden(&self.key))
             .field("sas_token", &hidden(&self.sas_token))
             .field("endpoint", &self.endpoint)
+            .field("access_tier", &self.access_tier)
             .field("ca_cert", &self.ca_cert)
             .finish()
     }

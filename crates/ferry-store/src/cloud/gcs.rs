@@ -37,6 +37,9 @@ pub(super) struct GcsWriter {
     bucket: String,
     project: Option<String>,
     credentials: GcpCredentialProvider,
+    /// Storage class of objects committed; parts stay STANDARD (a colder class bills early
+    /// deletion, and parts live for seconds).
+    class: Option<String>,
 }
 
 fn md5_b64(data: &[u8]) -> String {
@@ -46,7 +49,7 @@ fn md5_b64(data: &[u8]) -> String {
 impl GcsWriter {
     pub(super) fn new(
         http: HttpClient, base: &str, bucket: &str, project: Option<String>,
-        credentials: GcpCredentialProvider,
+        credentials: GcpCredentialProvider, class: Option<String>,
     ) -> Result<Self> {
         let base =
             Url::parse(base).map_err(|e| Error::Invalid(format!("GCS endpoint {base}: {e}")))?;
@@ -56,6 +59,7 @@ impl GcsWriter {
             bucket: bucket.into(),
             project,
             credentials,
+            class,
         })
     }
 
@@ -99,10 +103,20 @@ impl GcsWriter {
         Ok(req)
     }
 
+    /// A whole object: in its storage class.
+    pub(super) async fn put(&self, name: &str, data: Bytes, meta: &Meta) -> Result<()> {
+        self.insert(name, data, meta, self.class.as_deref()).await
+    }
+
     /// One object with its metadata, in one multipart/related request; GCS checks `md5Hash`.
-    pub(super) async fn insert(&self, name: &str, data: Bytes, meta: &Meta) -> Result<()> {
+    async fn insert(
+        &self, name: &str, data: Bytes, meta: &Meta, class: Option<&str>,
+    ) -> Result<()> {
         let boundary = format!("ferry{:016x}", rand::random::<u64>());
-        let head = json!({"name": name, "md5Hash": md5_b64(&data), "metadata": meta});
+        let mut head = json!({"name": name, "md5Hash": md5_b64(&data), "metadata": meta});
+        if let Some(c) = class {
+            head["storageClass"] = json!(c);
+        }
         let open = format!(
             "--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{head}\r\n\
              --{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
@@ -123,15 +137,20 @@ impl GcsWriter {
 
     pub(super) async fn put_block(&self, up: &Upload, idx: usize, data: Bytes) -> Result<BlockId> {
         let name = format!("{UPLOADS}{}/{idx:05}", up.id);
-        self.insert(&name, data, &Meta::new()).await?;
+        self.insert(&name, data, &Meta::new(), None).await?;
         Ok(BlockId(name))
     }
 
-    async fn compose(&self, sources: &[String], dest: &str, meta: &Meta) -> Result<()> {
-        let body = json!({
+    async fn compose(
+        &self, sources: &[String], dest: &str, meta: &Meta, class: Option<&str>,
+    ) -> Result<()> {
+        let mut body = json!({
             "sourceObjects": sources.iter().map(|s| json!({"name": s})).collect::<Vec<_>>(),
             "destination": {"contentType": "application/octet-stream", "metadata": meta},
         });
+        if let Some(c) = class {
+            body["destination"]["storageClass"] = json!(c);
+        }
         let url = self.url(&["storage", "v1"], Some(dest), &["compose"]);
         let req = self
             .request(
@@ -164,14 +183,15 @@ impl GcsWriter {
             let mut next = Vec::new();
             for (i, group) in level.chunks(COMPOSE_MAX).enumerate() {
                 let name = format!("{UPLOADS}{}/r{round}-{i:05}", up.id);
-                self.compose(group, &name, &Meta::new()).await?;
+                self.compose(group, &name, &Meta::new(), None).await?;
                 next.push(name);
             }
             made.extend(next.iter().cloned());
             level = next;
             round += 1;
         }
-        self.compose(&level, &up.key, meta).await?;
+        self.compose(&level, &up.key, meta, self.class.as_deref())
+            .await?;
         for name in made {
             if let Err(e) = self.delete(&name).await {
                 tracing::warn!("{} is composed; its part {name} is left: {e}", up.key);

@@ -17,14 +17,26 @@ pub(super) async fn send(http: &HttpClient, req: HttpRequest, what: &str) -> Res
 pub(super) async fn send_for_body(
     http: &HttpClient, req: HttpRequest, what: &str,
 ) -> Result<Bytes> {
+    send_for_response(http, req, what)
+        .await
+        .map(|(_, body)| body)
+}
+
+/// [`send`], returning the response's headers and body.
+pub(super) async fn send_for_response(
+    http: &HttpClient, req: HttpRequest, what: &str,
+) -> Result<(http::HeaderMap, Bytes)> {
     let resp = http
         .execute(req)
         .await
         .map_err(|e| Error::Transient(format!("{what}: {}", one_line(&e))))?;
     let status = resp.status();
+    let headers = resp.headers().clone();
     let body = resp.into_body().bytes().await;
     if status.is_success() {
-        return body.map_err(|e| Error::Transient(format!("{what}: {}", one_line(&e))));
+        return body
+            .map(|b| (headers, b))
+            .map_err(|e| Error::Transient(format!("{what}: {}", one_line(&e))));
     }
     let body = body.unwrap_or_default();
     let text = String::from_utf8_lossy(&body);

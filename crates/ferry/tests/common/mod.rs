@@ -139,3 +139,22 @@ pub fn temp_dir() -> PathBuf {
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// An account SAS for Azurite's well-known account, signed as Azure does (version 2019-12-12).
+pub fn azurite_sas(permissions: &str) -> String {
+    use base64::prelude::{Engine, BASE64_STANDARD};
+    use hmac::{Hmac, KeyInit, Mac};
+    let key = BASE64_STANDARD
+        .decode("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==")
+        .unwrap();
+    let (se, spr, sv) = ("2099-01-01T00:00:00Z", "https,http", "2019-12-12");
+    let to_sign = format!("devstoreaccount1\n{permissions}\nb\nsco\n\n{se}\n\n{spr}\n{sv}\n");
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(to_sign.as_bytes());
+    let sig = BASE64_STANDARD.encode(mac.finalize().into_bytes());
+    let sig = sig
+        .replace('+', "%2B")
+        .replace('/', "%2F")
+        .replace('=', "%3D");
+    format!("sv={sv}&ss=b&srt=sco&sp={permissions}&se={se}&spr={spr}&sig={sig}")
+}
