@@ -6,7 +6,9 @@
 # Env: PROFILE / RTT_MS / CONN_MBPS / AGG_MBPS (link), SIZE (big file; 1G, or less on the slow
 # profiles), FILES and FILE_KB (small files), STREAM (stdin upload; 0 skips), FERRY (default
 # target/release/ferry), RCLONE, TESTS (subset of: big small stream), LINK_SECS (0: skip link
-# measurement), REPEAT (runs of each tool, taking turns; the table shows medians; default 3).
+# measurement), REPEAT (runs of each tool, taking turns; the table shows medians; default 3),
+# GCS=1 (the big test also runs ferry-gcs and rclone-gcs: gs:// on fake-gcs-server, an emulator,
+# through the same link: toxiproxy :9002 -> :9200).
 set -euo pipefail
 if [ -n "${PROFILES:-}" ]; then
   failed=0
@@ -31,6 +33,14 @@ export RCLONE_CONFIG=/dev/null RCLONE_CONFIG_B_TYPE=s3 RCLONE_CONFIG_B_PROVIDER=
   RCLONE_CONFIG_B_SECRET_ACCESS_KEY=minioadmin
 export AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=minioadmin \
   AWS_SECRET_ACCESS_KEY=minioadmin AWS_REGION=us-east-1
+GCS=${GCS:-0}
+if [ "$GCS" = 1 ]; then   # the emulator needs no token: ferry sends none, rclone's gcs is anonymous
+  export STORAGE_EMULATOR_HOST=http://127.0.0.1:9002 RCLONE_CONFIG_G_TYPE='google cloud storage' \
+    RCLONE_CONFIG_G_ANONYMOUS=true RCLONE_CONFIG_G_ENDPOINT=http://127.0.0.1:9002/storage/v1/ \
+    RCLONE_CONFIG_G_PROJECT_NUMBER=bench
+  [ -x "$TOOLS/fake-gcs-server" ] || { echo "GCS=1: $TOOLS/fake-gcs-server missing (scripts/install-tools gcs)" >&2; exit 1; }
+  FAKE_GCS_VERSION=$(sed -n 's/^FAKE_GCS_VERSION=\([^ ]*\).*/\1/p' scripts/install-tools)
+fi
 # Which rclone flags "tuned" means, per test (download knobs differ from upload ones).
 TUNED_UP="--s3-upload-concurrency 16 --s3-chunk-size 8M"
 TUNED_DOWN="--multi-thread-streams 16"
@@ -93,8 +103,10 @@ samedir() { # src dst: same file count and bytes (ferry's and rclone's dir layou
 # Empty the bucket after each tool's runs: the objects live in RAM (tmpfs). Not "purge
 # PREFIX": for a single object such as b:bench/stream that deletes nothing.
 clean() { nsx "$RCLONE" delete b:bench >/dev/null 2>&1 || true; }
+clean_gcs() { nsx "$RCLONE" delete g:bench >/dev/null 2>&1 || true; }   # fake-gcs-server keeps them in RAM
 
 nsx "$RCLONE" mkdir b:bench
+[ "$GCS" = 0 ] || nsx "$RCLONE" mkdir g:bench
 [ $HAVE_FERRY = 0 ] || nsx "$FERRY" mkdir s3://bench >/dev/null 2>&1 || true  # exists already: fine
 
 # Table: medians over the REPEAT runs of each tool: rate, share of the measured link (for the
@@ -149,6 +161,8 @@ report() {
   echo "load average at start: $LOAD0; at end: $(cut -d' ' -f1-3 /proc/loadavg) (2 cores: >1.5 means other work competed)"
   echo "medians of $REPEAT runs per tool, taking turns; vs <peer>: speed ratio / peak-RSS ratio (speed >1: faster than peer; RSS <1: leaner)."
   echo "rclone-tuned: up $TUNED_UP; down $TUNED_DOWN; small files $TUNED_SMALL"
+  [ "$GCS" = 0 ] || echo "ferry-gcs, rclone-gcs: gs:// on fake-gcs-server $FAKE_GCS_VERSION (an emulator, objects in memory; its" \
+    "server side is not Google's) via toxiproxy :9002, shaped as :9000; rclone-gcs: anonymous, default flags"
 }
 
 for t in $TESTS; do case $t in
@@ -170,6 +184,15 @@ big)
     # shellcheck disable=SC2086
     run down-big rclone-tuned down "$SIZE" 1 "$RCLONE" copy $TUNED_DOWN b:bench/rclone/big "$W/dl/" && same "$W/big" "$W/dl/big" || true
     rm -rf "$W/dl"/*; clean
+    [ "$GCS" = 1 ] || continue
+    if [ $HAVE_FERRY = 1 ]; then
+      run up-big ferry-gcs up "$SIZE" 1 "$FERRY" cp --json "$W/big" gs://bench/ferry/big || true
+      run down-big ferry-gcs down "$SIZE" 1 "$FERRY" cp --json gs://bench/ferry/big "$W/dl/big" && same "$W/big" "$W/dl/big" || true
+      rm -rf "$W/dl"/*; clean_gcs
+    fi
+    run up-big rclone-gcs up "$SIZE" 1 "$RCLONE" copy "$W/big" g:bench/rclone/ || true
+    run down-big rclone-gcs down "$SIZE" 1 "$RCLONE" copy g:bench/rclone/big "$W/dl/" && same "$W/big" "$W/dl/big" || true
+    rm -rf "$W/dl"/*; clean_gcs
   done
   rm -rf "$W/dl" "$W/big" ;;
 small)

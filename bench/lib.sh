@@ -3,6 +3,7 @@
 #
 #   client --lo(tbf: aggregate cap)--> toxiproxy :9000 (per-conn rate + latency) --lo--> MinIO :9100
 #                                      toxiproxy :9001 (same toxics)             --lo--> linkcap.py :9101
+#                                      toxiproxy :9002 (same toxics)             --lo--> fake-gcs-server :9200 (GCS=1)
 #
 # Link profiles (1 MB = 10^6 bytes; AGG_DOWN_MBPS defaults to AGG_MBPS):
 #   wan    RTT 80 ms, 8 MB/s per TCP connection, 100 MB/s aggregate
@@ -62,8 +63,8 @@ shape_lo() {
   # couples up and down (measured: 49.8 MB/s). Instead htb only classifies (no "default":
   # unclassified packets bypass shaping) into one tbf per direction, each on the hop
   # *before* toxiproxy so the real sender feels the aggregate cap:
-  #   up:   client -> proxy  (dport 9000/9001)
-  #   down: server -> proxy  (sport 9100/9101)
+  #   up:   client -> proxy  (dport 9000/9001, and 9002 for GCS=1)
+  #   down: server -> proxy  (sport 9100/9101, and 9200 for GCS=1)
   # Shaping proxy -> client instead lets toxiproxy's latency toxic queue up to 1024 chunks
   # per connection whenever conns x CONN > AGG (measured: 1 GiB RSS after 5 s, 32 streams).
   local rate=$(( AGG_MBPS * 8 ))mbit down=$(( AGG_DOWN_MBPS * 8 ))mbit port   # tc: mbit = 10^6 bit/s ("mbps" would be bytes!)
@@ -72,10 +73,10 @@ shape_lo() {
   nsx tc class add dev lo parent 1: classid 1:2 htb rate 100gbit quantum 200000   # down
   nsx tc qdisc add dev lo parent 1:1 handle 10: tbf rate "$rate" burst "$TBF_BURST" latency "$TBF_LATENCY"
   nsx tc qdisc add dev lo parent 1:2 handle 20: tbf rate "$down" burst "$TBF_BURST" latency "$TBF_LATENCY"
-  for port in 9000 9001; do
+  for port in 9000 9001 ${GCS_PORTS_UP:-}; do
     nsx tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip dport $port 0xffff flowid 1:1
   done
-  for port in 9100 9101; do
+  for port in 9100 9101 ${GCS_PORTS_DOWN:-}; do
     nsx tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip sport $port 0xffff flowid 1:2
   done
 }
@@ -128,6 +129,8 @@ link_up() { # [GiB of scratch space wanted]
   fi
   ip netns add "$NS"
   nsx ip link set lo up
+  GCS_PORTS_UP='' GCS_PORTS_DOWN=''
+  [ "${GCS:-0}" = 1 ] && GCS_PORTS_UP=9002 GCS_PORTS_DOWN=9200
   shape_lo
   MINIO_ROOT_USER=minioadmin MINIO_ROOT_PASSWORD=minioadmin MINIO_UPDATE=off MINIO_BROWSER=off \
     ip netns exec "$NS" "$TOOLS/minio" server --quiet --address 127.0.0.1:9100 ${MINIO_CERTS:+--certs-dir "$MINIO_CERTS"} \
@@ -143,8 +146,19 @@ link_up() { # [GiB of scratch space wanted]
   fi
   add_proxy s3 127.0.0.1:9000 127.0.0.1:9100
   add_proxy raw 127.0.0.1:9001 127.0.0.1:9101
+  if [ "${GCS:-0}" = 1 ]; then
+    # GCS=1: fake-gcs-server (objects in memory) behind toxiproxy :9002, shaped like :9000.
+    # -public-host without a port: path-style requests through the proxy match; -external-url
+    # is the proxy, so the upload Location and mediaLink URLs it hands out cross the link too.
+    ip netns exec "$NS" "$TOOLS/fake-gcs-server" -scheme http -host 127.0.0.1 -port 9200 -backend memory \
+      -public-host 127.0.0.1 -external-url http://127.0.0.1:9002 >"$BENCH_DIR/gcs.log" 2>&1 &
+    echo $! >"$BENCH_DIR/gcs.pid"
+    wait_http http://127.0.0.1:9200/_internal/healthcheck
+    add_proxy gcs 127.0.0.1:9002 127.0.0.1:9200
+  fi
   echo "link up: ns $NS, PROFILE=$PROFILE RTT ${RTT_MS}ms, ${CONN_MBPS} MB/s/conn, ${AGG_MBPS} MB/s aggregate;" \
-       "tbf burst $TBF_BURST latency $TBF_LATENCY; S3 via ${MINIO_CERTS:+https://}127.0.0.1:9000; scratch $BENCH_DIR" >&2
+       "tbf burst $TBF_BURST latency $TBF_LATENCY; S3 via ${MINIO_CERTS:+https://}127.0.0.1:9000;" \
+       "${GCS_PORTS_UP:+GCS via http://127.0.0.1:9002; }scratch $BENCH_DIR" >&2
 }
 
 # A private CA and a server certificate for 127.0.0.1 in DIR, laid out for MinIO's --certs-dir

@@ -16,6 +16,8 @@ pub struct Forgotten {
     pub kept: Vec<Id>,
     /// Snapshots removed (or that would be).
     pub removed: Vec<Id>,
+    /// Snapshots the policy lets go that Object Lock keeps, with why: kept until then.
+    pub locked: Vec<(Id, String)>,
     /// Nothing was removed: this is what would have been.
     pub dry_run: bool,
 }
@@ -122,6 +124,12 @@ async fn remove_unkept(repo: &Repo, policy: &Policy, scope: &Scope) -> Result<Fo
     for (id, _) in &snaps {
         if kept.contains(id) {
             out.kept.push(*id);
+            continue;
+        }
+        // A delete would "succeed" as a delete marker and the snapshot vanish from sight
+        // while its data stays locked: it stays listed instead, and says until when.
+        if let Some(why) = repo.file_retention("snapshots", id).await? {
+            out.locked.push((*id, why));
             continue;
         }
         if !scope.dry_run {

@@ -35,6 +35,12 @@ pub struct Pruned {
     pub blobs_kept: usize,
     /// Nothing was changed: the counts are what a prune would do.
     pub dry_run: bool,
+    /// Packs that would go but are locked (Object Lock): kept until they may be deleted.
+    pub packs_locked: usize,
+    /// Their bytes.
+    pub bytes_locked: u64,
+    /// Why one of them is locked (`governance until ...`), for the message.
+    pub locked_why: Option<String>,
 }
 
 /// Prunes `repo` under an exclusive lock. With `dry_run`, says what it would delete and
@@ -71,7 +77,9 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
     let mut rewrite: Vec<(Id, Vec<Entry>)> = Vec::new();
     let mut delete: Vec<Id> = Vec::new();
     let mut seen: HashSet<Id> = HashSet::new();
-    for (pack, entries) in index.by_pack() {
+    let packs = index.by_pack();
+    let by_pack: HashMap<Id, &Vec<Entry>> = packs.iter().map(|(p, e)| (*p, e)).collect();
+    for (pack, entries) in packs.iter().cloned() {
         // A blob indexed twice is kept once.
         let (live, dead): (Vec<Entry>, Vec<Entry>) = entries
             .iter()
@@ -89,6 +97,28 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
     }
     let indexed: HashSet<Id> = index.packs().iter().copied().collect();
     delete.extend(sizes.keys().filter(|p| !indexed.contains(p)));
+
+    // Object Lock: a locked pack is neither deleted nor rewritten (its bytes would stay
+    // anyway); an indexed one stays indexed whole, an unindexed one waits for a later prune.
+    let candidates = delete.iter().chain(rewrite.iter().map(|(p, _)| p));
+    let locked = locked_packs(repo, candidates.copied().collect()).await?;
+    delete.retain(|p| !locked.contains_key(p));
+    let (held, rewrite): (Vec<_>, Vec<_>) = rewrite
+        .into_iter()
+        .partition(|(p, _)| locked.contains_key(p));
+    keep.extend(held.into_iter().map(|(p, _)| (p, by_pack[&p].clone())));
+    let whole: Vec<Id> = locked
+        .keys()
+        .filter(|p| indexed.contains(p) && !keep.iter().any(|(k, _)| k == *p))
+        .copied()
+        .collect();
+    keep.extend(whole.into_iter().map(|p| (p, by_pack[&p].clone())));
+    out.packs_locked = locked.len();
+    out.bytes_locked = locked
+        .keys()
+        .map(|p| sizes.get(p).copied().unwrap_or(0))
+        .sum();
+    out.locked_why = locked.into_values().min();
     if dry_run {
         let size = |p: &Id| sizes.get(p).copied().unwrap_or(0);
         let live = |l: &[Entry]| l.iter().map(|e| u64::from(e.len)).sum::<u64>();
@@ -102,6 +132,7 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
             bytes_freed: delete.iter().map(size).sum::<u64>() + rewritten,
             blobs_kept: seen.len(),
             dry_run,
+            ..out
         });
     }
 
@@ -154,6 +185,22 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
     for d in deleted {
         out.bytes_freed += d?;
         out.packs_deleted += 1;
+    }
+    Ok(out)
+}
+
+/// The packs among `packs` that may not be deleted now, with why.
+async fn locked_packs(repo: &Repo, packs: Vec<Id>) -> Result<HashMap<Id, String>> {
+    let asked: Vec<Result<(Id, Option<String>)>> = futures::stream::iter(packs)
+        .map(|p| async move { Ok((p, repo.remote().retention(&repo.pack_path(&p)).await?)) })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let mut out = HashMap::new();
+    for a in asked {
+        if let (p, Some(why)) = a? {
+            out.insert(p, why);
+        }
     }
     Ok(out)
 }

@@ -437,6 +437,13 @@ impl Repo {
         self.files().list_ids(kind).await
     }
 
+    /// Why the file `kind/id` may not be deleted now (Object Lock), or `None`.
+    pub async fn file_retention(&self, kind: &str, id: &Id) -> Result<Option<String>> {
+        self.remote
+            .retention(&join(&self.root, &format!("{kind}/{id}")))
+            .await
+    }
+
     /// Deletes the file `kind/id`.
     pub async fn delete_file(&self, kind: &str, id: &Id) -> Result<()> {
         self.remote

@@ -33,7 +33,9 @@ use object_store::{
 pub use config::{AzureConfig, GcsConfig, S3Config};
 pub(crate) use explained::MISSING;
 
-use crate::{BlockId, Error, Limits, Meta, ObjectInfo, Result, Store, Upload, META_DIGEST};
+use crate::{
+    BlockId, Error, Limits, LockMode, Meta, ObjectInfo, Result, Store, Upload, META_DIGEST,
+};
 
 /// Which cloud a [`CloudStore`] talks to, with what that cloud needs beyond `object_store`.
 #[derive(Debug)]
@@ -328,6 +330,24 @@ impl Store for CloudStore {
                 }
                 Ok(etag)
             }
+        }
+    }
+
+    async fn retention(&self, key: &str) -> Result<Option<String>> {
+        match &self.flavor {
+            Flavor::S3(extra) => extra.retention(key).await,
+            _ => Ok(None),
+        }
+    }
+
+    async fn lock_new_objects(&self, days: u32, mode: LockMode) -> Result<()> {
+        match &self.flavor {
+            Flavor::S3(extra) => extra.lock_new_objects(&self.bucket, days, mode).await,
+            _ => Err(Error::Invalid(format!(
+                "{}: Object Lock is S3's; Azure immutability policies and GCS bucket locks are \
+                 set on the container or bucket by its owner",
+                self.url()
+            ))),
         }
     }
 

@@ -167,4 +167,39 @@ pub trait Store: Send + Sync + fmt::Debug {
     ) -> Result<Option<String>>;
     /// Discards a session and every block written to it.
     async fn abort_upload(&self, up: &Upload) -> Result<()>;
+    /// Why `key` may not be deleted now (Object Lock retention or legal hold, said in words),
+    /// or `None`. A plain delete of a locked S3 object "succeeds" as a delete marker while its
+    /// data stays: callers that mean to free space ask first, and keep what is locked.
+    async fn retention(&self, _key: &str) -> Result<Option<String>> {
+        Ok(None)
+    }
+    /// Creates the root with Object Lock, or checks an existing one has it, and makes every
+    /// object written from now on undeletable for `days` in `mode` (governance or compliance).
+    async fn lock_new_objects(&self, _days: u32, _mode: LockMode) -> Result<()> {
+        Err(Error::Invalid(format!(
+            "{}: this store has no Object Lock (S3 has; Azure immutability policies and GCS \
+             bucket locks are set on the container or bucket by its owner)",
+            self.url()
+        )))
+    }
+}
+
+/// Object Lock's two modes: governance (lifted by users holding the bypass permission) and
+/// compliance (by no one, the account's root included, until the date).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// `GOVERNANCE`.
+    Governance,
+    /// `COMPLIANCE`.
+    Compliance,
+}
+
+impl LockMode {
+    /// S3's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockMode::Governance => "GOVERNANCE",
+            LockMode::Compliance => "COMPLIANCE",
+        }
+    }
 }

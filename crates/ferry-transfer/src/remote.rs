@@ -98,6 +98,19 @@ impl Remote {
         self.engine.request_once(self.class, op).await
     }
 
+    /// Why `key` may not be deleted now (Object Lock), or `None`.
+    pub async fn retention(&self, key: &str) -> Result<Option<String>> {
+        let what = format!("retention of {key}");
+        let op = || self.store.retention(key);
+        self.engine.request(self.class, &what, 0, op).await
+    }
+
+    /// Makes objects written from now on undeletable for `days` (Object Lock).
+    pub async fn lock_new_objects(&self, days: u32, mode: ferry_store::LockMode) -> Result<()> {
+        let op = self.store.lock_new_objects(days, mode);
+        self.engine.request_once(self.class, op).await
+    }
+
     /// Writes `data`, already in memory, to `key` in blocks sent in parallel.
     pub async fn upload_bytes(&self, data: Bytes, key: &str) -> Result<u64> {
         self.engine

@@ -624,6 +624,13 @@ pub struct InitArgs {
     /// an older ferry that must read the repository (docs/format.md).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=2))]
     pub format: u32,
+    /// Make every object written from now on undeletable for this long, whole days (30d):
+    /// S3 Object Lock, the bucket created with it (or an existing one that has it).
+    #[arg(long)]
+    pub lock_retention: Option<String>,
+    /// Object Lock mode: governance (lifted by users allowed to bypass it) or compliance (by no one).
+    #[arg(long, default_value = "governance", value_parser = ["governance", "compliance"], requires = "lock_retention")]
+    pub lock_mode: String,
 }
 
 /// `ferry key`.

@@ -292,6 +292,7 @@ impl S3Config {
                 .is_some_and(|k| k.to_ascii_lowercase().starts_with("aws:kms"));
         let extra = S3Extra {
             storage_class,
+            lock: tokio::sync::OnceCell::new(),
             sse_c_key: self.sse_c_key.clone(),
             md5_etags,
             http: http.http(),
@@ -307,6 +308,8 @@ impl S3Config {
 #[derive(Debug)]
 pub(super) struct S3Extra {
     pub storage_class: Option<String>,
+    /// Whether the bucket has Object Lock, once asked.
+    lock: tokio::sync::OnceCell<bool>,
     /// The SSE-C key (base64), which every request on an object must carry.
     sse_c_key: Option<String>,
     /// False under SSE-KMS and SSE-C, whose ETags are not the content's MD5: ferry's digest
@@ -330,7 +333,7 @@ impl S3Extra {
     /// HEAD of `key`, signed here rather than by `object_store`, whose answer drops the
     /// headers that say how the object is encrypted: under SSE-KMS or SSE-C (asked for, or the
     /// bucket's default) the ETag is not the content's MD5 and is left out.
-    pub(super) async fn head(&self, key: &str) -> Result<crate::ObjectInfo> {
+    async fn head_headers(&self, key: &str) -> Result<http::HeaderMap> {
         let mut url = url::Url::parse(&self.bucket_url)
             .map_err(|e| Error::Invalid(format!("bucket URL: {e}")))?;
         url.path_segments_mut()
@@ -359,6 +362,11 @@ impl S3Extra {
             }
             r => r?,
         };
+        Ok(h)
+    }
+
+    pub(super) async fn head(&self, key: &str) -> Result<crate::ObjectInfo> {
+        let h = self.head_headers(key).await?;
         let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
         let encrypted = text("x-amz-server-side-encryption")
             .is_some_and(|v| v.starts_with("aws:kms"))
@@ -410,7 +418,93 @@ impl S3Extra {
             .collect())
     }
 
+    /// Whether the bucket has Object Lock, asked once.
+    async fn lock_enabled(&self) -> Result<bool> {
+        let ask = || async {
+            let url = format!("{}/?object-lock=", self.bucket_url);
+            let mut req = http::Request::builder()
+                .uri(&url)
+                .body(HttpRequestBody::empty())
+                .map_err(|e| Error::Invalid(format!("{url}: {e}")))?;
+            self.sign(&mut req).await?;
+            match super::signed::send_for_body(&self.http, req, "object lock configuration").await {
+                Ok(body) => {
+                    Ok(String::from_utf8_lossy(&body).contains("<ObjectLockEnabled>Enabled"))
+                }
+                Err(Error::NotFound(_)) => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        self.lock.get_or_try_init(ask).await.copied()
+    }
+
+    /// Why `key` may not be deleted now: a legal hold, or a retention date still ahead.
+    pub(super) async fn retention(&self, key: &str) -> Result<Option<String>> {
+        if !self.lock_enabled().await? {
+            return Ok(None);
+        }
+        let h = match self.head_headers(key).await {
+            Err(Error::NotFound(_)) => return Ok(None),
+            r => r?,
+        };
+        let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+        if text("x-amz-object-lock-legal-hold").is_some_and(|v| v.eq_ignore_ascii_case("ON")) {
+            return Ok(Some("under legal hold".into()));
+        }
+        let Some(until) = text("x-amz-object-lock-retain-until-date") else {
+            return Ok(None);
+        };
+        let mode = text("x-amz-object-lock-mode").unwrap_or("retention");
+        let when = humantime::parse_rfc3339_weak(until.trim_end_matches('Z'))
+            .map_err(|e| Error::Permanent(format!("{key}: retain-until date '{until}': {e}")))?;
+        Ok((when > std::time::SystemTime::now())
+            .then(|| format!("{} until {until}", mode.to_ascii_lowercase())))
+    }
+
+    /// Creates the bucket with Object Lock (or checks it has it) and sets its default
+    /// retention, which S3 then applies to every object version written.
+    pub(super) async fn lock_new_objects(
+        &self, bucket: &str, days: u32, mode: crate::LockMode,
+    ) -> Result<()> {
+        match self.create_bucket_with(bucket, true).await {
+            Ok(()) => {}
+            Err(Error::AlreadyExists(_)) => {
+                if !self.lock_enabled().await? {
+                    return Err(Error::Invalid(format!(
+                        "bucket {bucket} exists without Object Lock, which S3 and MinIO enable \
+                         when a bucket is made: give a new bucket"
+                    )));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        let xml = format!(
+            "<ObjectLockConfiguration><ObjectLockEnabled>Enabled</ObjectLockEnabled><Rule>\
+             <DefaultRetention><Mode>{}</Mode><Days>{days}</Days></DefaultRetention></Rule>\
+             </ObjectLockConfiguration>",
+            mode.as_str()
+        );
+        let url = format!("{}/?object-lock=", self.bucket_url);
+        let md5 = {
+            use base64::prelude::{Engine, BASE64_STANDARD};
+            use md5::{Digest, Md5};
+            BASE64_STANDARD.encode(Md5::digest(xml.as_bytes()))
+        };
+        let mut req = http::Request::builder()
+            .method(http::Method::PUT)
+            .uri(&url)
+            .header("content-md5", md5)
+            .body(HttpRequestBody::from(xml))
+            .map_err(|e| Error::Invalid(format!("{url}: {e}")))?;
+        self.sign(&mut req).await?;
+        super::signed::send(&self.http, req, &format!("default retention of {bucket}")).await
+    }
+
     pub(super) async fn create_bucket(&self, bucket: &str) -> Result<()> {
+        self.create_bucket_with(bucket, false).await
+    }
+
+    async fn create_bucket_with(&self, bucket: &str, lock: bool) -> Result<()> {
         let body = if self.region == "us-east-1" {
             String::new()
         } else {
@@ -425,6 +519,12 @@ impl S3Extra {
             .uri(&url)
             .body(HttpRequestBody::from(body))
             .map_err(|e| Error::Invalid(format!("bucket URL {url}: {e}")))?;
+        if lock {
+            req.headers_mut().insert(
+                "x-amz-bucket-object-lock-enabled",
+                http::HeaderValue::from_static("true"),
+            );
+        }
         self.sign(&mut req).await?;
         super::signed::send(&self.http, req, &format!("create bucket {bucket}")).await
     }

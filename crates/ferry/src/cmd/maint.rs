@@ -85,11 +85,15 @@ pub async fn forget(args: &ForgetArgs, ctx: &mut Ctx) -> Result<()> {
     if out.json {
         println!(
             "{}",
-            serde_json::json!({"kept": f.kept, "removed": f.removed, "dry_run": f.dry_run})
+            serde_json::json!({"kept": f.kept, "removed": f.removed, "dry_run": f.dry_run,
+                "locked": f.locked.iter().map(|(id, why)| serde_json::json!({"id": id, "why": why})).collect::<Vec<_>>()})
         );
     } else {
         for id in &f.removed {
             eprintln!("{would} snapshot {}", id.short());
+        }
+        for (id, why) in &f.locked {
+            eprintln!("kept snapshot {}: Object Lock, {why}", id.short());
         }
         eprintln!(
             "kept {} snapshots, {would} {}",
@@ -116,9 +120,17 @@ async fn prune_repo(
         println!(
             "{}",
             serde_json::json!({"packs_deleted": p.packs_deleted, "packs_rewritten": p.packs_rewritten,
-                "bytes_freed": p.bytes_freed, "blobs_kept": p.blobs_kept, "dry_run": p.dry_run})
+                "bytes_freed": p.bytes_freed, "blobs_kept": p.blobs_kept, "dry_run": p.dry_run,
+                "packs_locked": p.packs_locked, "bytes_locked": p.bytes_locked, "locked_why": p.locked_why})
         );
     } else {
+        if let Some(why) = &p.locked_why {
+            eprintln!(
+                "{} packs ({:.1} MB) are locked (Object Lock, {why} at the soonest): kept; a later prune deletes them",
+                p.packs_locked,
+                p.bytes_locked as f64 / 1e6
+            );
+        }
         eprintln!(
             "{}: {} packs deleted ({} rewritten), {:.1} MB freed, {} blobs kept",
             if p.dry_run {

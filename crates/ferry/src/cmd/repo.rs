@@ -12,6 +12,7 @@ use crate::cli::{Global, InitArgs, SnapshotsArgs};
 use crate::ctx::Ctx;
 use crate::password::password;
 use crate::places::Stores;
+use ferry_store::LockMode;
 
 /// The place `--repo` names, opened for a repository (private files on a local disk).
 pub fn repo_place(stores: &mut Stores) -> Result<crate::places::Place> {
@@ -55,11 +56,34 @@ fn cache_base(g: &Global) -> Option<std::path::PathBuf> {
     Some(xdg.or_else(home)?.join("ferry/repos"))
 }
 
+/// `--lock-retention`: whole days, as Object Lock counts them.
+fn lock_days(s: &str) -> Result<u32> {
+    let d = humantime::parse_duration(s).with_context(|| format!("--lock-retention '{s}'"))?;
+    let secs = d.as_secs();
+    if secs == 0 || secs % 86_400 != 0 || d.subsec_nanos() != 0 {
+        bail!("--lock-retention '{s}': a whole number of days (Object Lock counts days), e.g. 30d");
+    }
+    u32::try_from(secs / 86_400).context("--lock-retention: too long")
+}
+
 pub async fn init(a: &InitArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();
     let place = repo_place(stores)?;
+    let lock = a.lock_retention.as_deref().map(lock_days).transpose()?;
     let pw = password(g, true)?;
-    if place.loc.is_remote() {
+    if let Some(days) = lock {
+        let mode = match a.lock_mode.as_str() {
+            "compliance" => LockMode::Compliance,
+            _ => LockMode::Governance,
+        };
+        place.store.lock_new_objects(days, mode).await?;
+        if !out.json {
+            eprintln!(
+                "objects written to {} are locked for {days} days ({})",
+                place.loc, a.lock_mode
+            );
+        }
+    } else if place.loc.is_remote() {
         // A bucket that does not exist yet is created; one that exists is fine.
         let _ = place.store.create_root().await;
     } else {
