@@ -1,6 +1,6 @@
 //! Secrets never ride on the command line: every local user can read a process's arguments
-//! (`ps`, `/proc/<pid>/cmdline`). The flags that could carry one are refused when they do,
-//! before anything runs, naming where the secret belongs instead.
+//! (`ps`, `/proc/<pid>/cmdline`). The flags that could carry one, and URLs with a SAS token,
+//! are refused when they do, before anything runs, naming where the secret belongs instead.
 
 use std::ffi::OsString;
 
@@ -22,6 +22,15 @@ pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
                  set FERRY_AZURE_CONNECTION_STRING or AZURE_STORAGE_CONNECTION_STRING instead"
                     .into(),
             );
+        }
+        // An Azure URL with a SAS token in its query: the token is the credential.
+        if a.contains("://") && ["sig=", "sig%3D", "SIG="].iter().any(|m| a.contains(m)) {
+            let shown = a.split('?').next().unwrap_or_default();
+            return Some(format!(
+                "'{shown}?...' carries a SAS token, readable by every local user on the command \
+                 line: set AZURE_STORAGE_SAS_TOKEN (and give the URL without its query), or put \
+                 the URL in FERRY_REPO or ferry.toml"
+            ));
         }
         if let Some(c) = value("--conninfo").filter(|c| ferry_pg::conn::has_password(c)) {
             return Some(format!(
@@ -58,5 +67,17 @@ mod tests {
         assert!(check(&["ferry", "--azure-connection-string", "AccountKey=x"]).is_some());
         assert!(check(&["ferry", "pg", "backup", "--conninfo", "host=h user=u"]).is_none());
         assert!(check(&["ferry", "cp", "a", "b"]).is_none());
+        let e = check(&[
+            "ferry",
+            "cp",
+            "f",
+            "https://a.blob.core.windows.net/c/f?sv=1&sig=abc",
+        ]);
+        let e = e.expect("refused");
+        assert!(
+            e.contains("AZURE_STORAGE_SAS_TOKEN") && !e.contains("abc"),
+            "{e}"
+        );
+        assert!(check(&["ferry", "cp", "f", "https://a.blob.core.windows.net/c/f"]).is_none());
     }
 }

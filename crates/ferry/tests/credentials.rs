@@ -411,4 +411,12 @@ fn azure_takes_a_sas_token_from_the_environment_and_a_connection_string() {
     fails_with(&out, "403");
     // The token never shows, even in the refusal.
     assert!(!String::from_utf8_lossy(&out.stderr).contains("sig="));
+    // A SAS URL as an argument is readable by every local user: refused, token unrepeated.
+    let url = format!(
+        "https://devstoreaccount1.blob.core.windows.net/c/x?{}",
+        common::azurite_sas("r")
+    );
+    let out = ferry_env(&["cp", &url, "-"], &[], None);
+    fails_with(&out, "AZURE_STORAGE_SAS_TOKEN");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("sig="));
 }
