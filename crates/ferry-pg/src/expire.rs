@@ -33,6 +33,10 @@ pub struct Expired {
     pub wal_files: usize,
     /// The oldest segment kept, when a backup is kept.
     pub wal_from: Option<String>,
+    /// Backups and WAL files the policy lets go that Object Lock keeps.
+    pub locked: usize,
+    /// Why one of them is locked (`governance until ...`).
+    pub locked_why: Option<String>,
 }
 
 /// Removes the backups `keep` does not keep and the WAL older than every kept one, under an
@@ -60,22 +64,29 @@ async fn expire_locked(repo: &Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<E
     let all = backups(snaps);
     let now_us = chrono::Utc::now().timestamp_micros();
     let n = all.len();
-    let (kept, gone): (Vec<_>, Vec<_>) = all.into_iter().enumerate().partition(|(i, (_, _, b))| {
-        keep.last.is_some_and(|k| i + k >= n)
-            || keep
-                .days
-                .is_some_and(|d| now_us - b.stop_time <= i64::from(d) * 86_400_000_000)
-    });
-    let mut out = Expired {
-        kept: kept.len(),
-        ..Default::default()
-    };
-    for (_, (id, _, b)) in gone {
+    let (mut kept, gone): (Vec<_>, Vec<_>) =
+        all.into_iter().enumerate().partition(|(i, (_, _, b))| {
+            keep.last.is_some_and(|k| i + k >= n)
+                || keep
+                    .days
+                    .is_some_and(|d| now_us - b.stop_time <= i64::from(d) * 86_400_000_000)
+        });
+    let mut out = Expired::default();
+    for (i, (id, s, b)) in gone {
+        // A locked backup stays (a delete would only hide it behind a marker), and with it
+        // the WAL it needs.
+        if let Some(why) = repo.file_retention("snapshots", &id).await? {
+            out.locked += 1;
+            out.locked_why.get_or_insert(why);
+            kept.push((i, (id, s, b)));
+            continue;
+        }
         if !dry_run {
             repo.delete_file("snapshots", &id).await?;
         }
         out.backups.push((id, b));
     }
+    out.kept = kept.len();
     let Some(oldest) = kept
         .iter()
         .map(|(_, (_, _, b))| b)
@@ -87,6 +98,11 @@ async fn expire_locked(repo: &Arc<Repo>, keep: &Keep, dry_run: bool) -> Result<E
     out.wal_from = Some(oldest.start_wal.clone());
     let view = WalView::load(&repo, oldest.seg_size).await?;
     for (_, key) in view.older_than(from) {
+        if let Some(why) = repo.remote().retention(&key).await? {
+            out.locked += 1;
+            out.locked_why.get_or_insert(why);
+            continue;
+        }
         if !dry_run {
             match repo.remote().delete(&key).await {
                 Ok(()) | Err(Error::NotFound(_)) => {}

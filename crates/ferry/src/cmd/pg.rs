@@ -226,10 +226,17 @@ async fn expire(a: &PgExpireArgs, ctx: &mut Ctx) -> Result<()> {
             "{}",
             serde_json::json!({"expired": e.backups.iter().map(|(id, _)| id).collect::<Vec<_>>(),
                 "kept": e.kept, "wal_files_removed": e.wal_files, "wal_from": e.wal_from,
-                "bytes_freed": pruned.as_ref().map(|p| p.bytes_freed), "dry_run": a.dry_run})
+                "bytes_freed": pruned.as_ref().map(|p| p.bytes_freed), "dry_run": a.dry_run,
+                "locked": e.locked, "locked_why": e.locked_why})
         );
     } else {
         let verb = if a.dry_run { "would remove" } else { "removed" };
+        if let Some(why) = &e.locked_why {
+            eprintln!(
+                "kept {} backups and WAL files the policy lets go: Object Lock, {why} (one of them)",
+                e.locked
+            );
+        }
         eprintln!(
             "{verb} {} backups and {} WAL files (WAL kept from {}); {} backups kept{}",
             e.backups.len(),
