@@ -8,8 +8,8 @@ use ferry_testkit::random_file;
 #[test]
 fn unknown_scheme() {
     fails_with(
-        &ferry(&["cp", "/etc/hostname", "gs://bucket/x"]),
-        "unknown scheme 'gs'",
+        &ferry(&["cp", "/etc/hostname", "gcs://bucket/x"]),
+        "unknown scheme 'gcs'",
     );
 }
 

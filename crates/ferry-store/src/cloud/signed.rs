@@ -40,11 +40,17 @@ pub(super) async fn send_for_response(
     }
     let body = body.unwrap_or_default();
     let text = String::from_utf8_lossy(&body);
+    // S3 and Azure answer XML with a <Code>; GCS's JSON API {"error": {"message": ...}}.
+    let json_message = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_string));
     let code = text
         .split("<Code>")
         .nth(1)
         .and_then(|s| s.split("</Code>").next())
-        .unwrap_or(status.canonical_reason().unwrap_or(""));
+        .map(str::to_string)
+        .or(json_message)
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_string());
     let msg = format!("{what}: {status} {code}");
     Err(match status {
         StatusCode::NOT_FOUND => Error::NotFound(msg),
