@@ -55,31 +55,27 @@ impl Toxiproxy {
     }
 }
 
+/// A proxy in front of `endpoint` (`http://HOST:PORT`), once Toxiproxy is up.
+fn in_front_of(endpoint: Option<&String>) -> Option<Proxy> {
+    let toxi = Toxiproxy::from_env()?;
+    Some(toxi.proxy(endpoint?.trim_start_matches("http://")))
+}
+
 /// A fresh S3 bucket on the server under test and a proxy in front of that server; `None`
 /// (a loud skip) when MinIO or Toxiproxy is down outside CI.
 pub async fn s3_behind_proxy() -> Option<(ferry_store::cloud::S3Config, String, Proxy)> {
     let cfg = crate::s3()?;
-    let toxi = Toxiproxy::from_env()?;
-    let upstream = cfg
-        .endpoint
-        .clone()?
-        .trim_start_matches("http://")
-        .to_string();
+    let proxy = in_front_of(cfg.endpoint.as_ref())?;
     let (_, bucket) = crate::s3_bucket(&cfg).await;
-    Some((cfg, bucket, toxi.proxy(&upstream)))
+    Some((cfg, bucket, proxy))
 }
 
 /// A fresh GCS bucket on the emulator under test and a proxy in front of it.
 pub async fn gcs_behind_proxy() -> Option<(ferry_store::cloud::GcsConfig, String, Proxy)> {
     let cfg = crate::gcs()?;
-    let toxi = Toxiproxy::from_env()?;
-    let upstream = cfg
-        .endpoint
-        .clone()?
-        .trim_start_matches("http://")
-        .to_string();
+    let proxy = in_front_of(cfg.endpoint.as_ref())?;
     let (_, bucket) = crate::gcs_bucket(&cfg).await;
-    Some((cfg, bucket, toxi.proxy(&upstream)))
+    Some((cfg, bucket, proxy))
 }
 
 impl Proxy {

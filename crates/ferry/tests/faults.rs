@@ -30,36 +30,39 @@ struct Rig {
     direct: String,
 }
 
-fn rig() -> Option<Rig> {
+/// A rig on MinIO (`s3`) or fake-gcs-server (`gs`).
+fn rig_on(scheme: &'static str) -> Option<Rig> {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (cfg, bucket, proxy) = rt.block_on(s3_behind_proxy())?;
-    let store = CloudStore::s3(&cfg, &bucket).unwrap();
+    let (store, bucket, proxy, endpoint_var, direct) = match scheme {
+        "s3" => {
+            let (cfg, bucket, proxy) = rt.block_on(s3_behind_proxy())?;
+            let store = CloudStore::s3(&cfg, &bucket).unwrap();
+            (store, bucket, proxy, "AWS_ENDPOINT_URL", cfg.endpoint?)
+        }
+        _ => {
+            let (cfg, bucket, proxy) = rt.block_on(gcs_behind_proxy())?;
+            let store = CloudStore::gcs(&cfg, &bucket).unwrap();
+            (store, bucket, proxy, "FERRY_GCS_ENDPOINT", cfg.endpoint?)
+        }
+    };
     Some(Rig {
         proxy,
         bucket,
         store,
         dir: temp_dir(),
         rt,
-        scheme: "s3",
-        endpoint_var: "AWS_ENDPOINT_URL",
-        direct: cfg.endpoint.unwrap(),
+        scheme,
+        endpoint_var,
+        direct,
     })
 }
 
+fn rig() -> Option<Rig> {
+    rig_on("s3")
+}
+
 fn gcs_rig() -> Option<Rig> {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (cfg, bucket, proxy) = rt.block_on(gcs_behind_proxy())?;
-    let store = CloudStore::gcs(&cfg, &bucket).unwrap();
-    Some(Rig {
-        proxy,
-        bucket,
-        store,
-        dir: temp_dir(),
-        rt,
-        scheme: "gs",
-        endpoint_var: "FERRY_GCS_ENDPOINT",
-        direct: cfg.endpoint.unwrap(),
-    })
+    rig_on("gs")
 }
 
 impl Rig {
