@@ -42,6 +42,21 @@ pub(super) struct GcsWriter {
     class: Option<String>,
 }
 
+/// The object names of one listing page that lie under `prefix`. The answer is the server's:
+/// a name outside what was asked for (which abort would then delete) is dropped.
+fn names_in(page: &Value, prefix: &str) -> Vec<String> {
+    let items = page["items"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    items
+        .iter()
+        .filter_map(|i| i["name"].as_str())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_string)
+        .collect()
+}
+
 fn md5_b64(data: &[u8]) -> String {
     BASE64_STANDARD.encode(Md5::digest(data))
 }
@@ -229,12 +244,7 @@ impl GcsWriter {
             let body = send_for_body(&self.http, req, &format!("list {prefix}")).await?;
             let v: Value = serde_json::from_slice(&body)
                 .map_err(|e| Error::Permanent(format!("list {prefix}: not JSON: {e}")))?;
-            let items = v["items"].as_array().map(Vec::as_slice).unwrap_or_default();
-            out.extend(
-                items
-                    .iter()
-                    .filter_map(|i| i["name"].as_str().map(str::to_string)),
-            );
+            out.extend(names_in(&v, prefix));
             match v["nextPageToken"].as_str() {
                 Some(p) if !p.is_empty() => page = Some(p.to_string()),
                 _ => return Ok(out),
@@ -270,5 +280,27 @@ impl GcsWriter {
             )
             .await?;
         send(&self.http, req, &format!("create bucket {}", self.bucket)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_yields_only_names_under_what_was_asked() {
+        let page = json!({"items": [
+            {"name": ".ferry-uploads/s1/00000"},
+            {"name": "repo/config"},
+            {"name": 7},
+            {},
+            {"name": ".ferry-uploads/s10/00000"},
+            {"name": ".ferry-uploads/s1/00001"}
+        ]});
+        assert_eq!(
+            names_in(&page, ".ferry-uploads/s1/"),
+            [".ferry-uploads/s1/00000", ".ferry-uploads/s1/00001"]
+        );
+        assert!(names_in(&json!({"items": "x"}), "").is_empty());
     }
 }

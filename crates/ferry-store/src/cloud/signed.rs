@@ -38,10 +38,15 @@ pub(super) async fn send_for_response(
             .map(|b| (headers, b))
             .map_err(|e| Error::Transient(format!("{what}: {}", one_line(&e))));
     }
-    let body = body.unwrap_or_default();
-    let text = String::from_utf8_lossy(&body);
+    Err(refusal(status, &body.unwrap_or_default(), what))
+}
+
+/// A failed answer as an error the caller can act on. The body is the server's: its code
+/// or message is shown escaped (no control characters reach a terminal) and cut short.
+fn refusal(status: StatusCode, body: &[u8], what: &str) -> Error {
+    let text = String::from_utf8_lossy(body);
     // S3 and Azure answer XML with a <Code>; GCS's JSON API {"error": {"message": ...}}.
-    let json_message = serde_json::from_slice::<serde_json::Value>(&body)
+    let json_message = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["error"]["message"].as_str().map(str::to_string));
     let code = text
@@ -51,8 +56,9 @@ pub(super) async fn send_for_response(
         .map(str::to_string)
         .or(json_message)
         .unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_string());
+    let code: String = code.escape_debug().take(200).collect();
     let msg = format!("{what}: {status} {code}");
-    Err(match status {
+    match status {
         StatusCode::NOT_FOUND => Error::NotFound(msg),
         StatusCode::CONFLICT => Error::AlreadyExists(msg),
         StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => Error::Denied(msg),
@@ -61,5 +67,31 @@ pub(super) async fn send_for_response(
         // A block whose Content-MD5 did not match arrived damaged: send it again.
         _ if code.contains("Md5Mismatch") || code.contains("BadDigest") => Error::Checksum(msg),
         _ => Error::Permanent(msg),
-    })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_error_body_is_shown_escaped_and_short() {
+        let body = format!(
+            r#"{{"error": {{"message": "\u001b[2Jgone{}"}}}}"#,
+            "x".repeat(5000)
+        );
+        let e = refusal(StatusCode::BAD_REQUEST, body.as_bytes(), "put k").to_string();
+        assert!(!e.contains('\x1b') && e.contains("gone"), "{e}");
+        assert!(e.len() < 400, "{}", e.len());
+        let xml = b"<Error><Code>NoSuchKey\n\rx</Code></Error>";
+        let e = refusal(StatusCode::NOT_FOUND, xml, "get k");
+        assert!(
+            matches!(&e, Error::NotFound(m) if !m.contains('\n')),
+            "{e:?}"
+        );
+        assert!(matches!(
+            refusal(StatusCode::BAD_REQUEST, b"<Code>BadDigest</Code>", "x"),
+            Error::Checksum(_)
+        ));
+    }
 }

@@ -166,9 +166,12 @@ fn describe(der: &CertificateDer<'_>) -> Described {
         },
         Ok(c) => {
             let v = &c.tbs_certificate.validity;
+            // The names are the server's words: escaped, so that no control character
+            // reaches the operator's terminal.
+            let shown = |n: &x509_cert::name::Name| n.to_string().escape_debug().to_string();
             Described {
-                subject: c.tbs_certificate.subject.to_string(),
-                issuer: c.tbs_certificate.issuer.to_string(),
+                subject: shown(&c.tbs_certificate.subject),
+                issuer: shown(&c.tbs_certificate.issuer),
                 validity: format!("{} to {}", v.not_before, v.not_after),
                 window: Some((
                     v.not_before.to_unix_duration().as_secs(),
@@ -248,18 +251,20 @@ mod tests {
 
     /// A certificate as the how-tos make it, by the same openssl command.
     fn self_signed() -> CertificateDer<'static> {
-        let dir = std::env::temp_dir().join(format!("ferry-trust-{}", std::process::id()));
+        made_for("/CN=127.0.0.1")
+    }
+
+    fn made_for(subject: &str) -> CertificateDer<'static> {
+        // One directory per certificate: the tests run at once.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("ferry-trust-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ok = std::process::Command::new("openssl")
             .args([
                 "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
             ])
-            .args([
-                "-subj",
-                "/CN=127.0.0.1",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-            ])
+            .args(["-subj", subject, "-addext", "subjectAltName=IP:127.0.0.1"])
             .arg("-keyout")
             .arg(dir.join("k"))
             .arg("-out")
@@ -293,5 +298,17 @@ mod tests {
         assert_eq!(check_pinned(&c, &ip, at(-1)), Err("it is not valid yet"));
         let garbage = CertificateDer::from(vec![0x30, 0x03, 1, 2, 3]);
         assert_eq!(check_pinned(&garbage, &ip, now), Err("it cannot be parsed"));
+    }
+
+    #[test]
+    fn a_hostile_certificate_name_is_shown_escaped() {
+        let c = made_for("/CN=a\u{1b}[2Jb");
+        let d = describe(&c);
+        assert!(
+            !d.subject.contains('\u{1b}') && d.subject.contains("[2Jb"),
+            "{}",
+            d.subject
+        );
+        assert!(!d.issuer.contains('\u{1b}'), "{}", d.issuer);
     }
 }
