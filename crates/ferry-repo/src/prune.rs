@@ -103,16 +103,10 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
     let candidates = delete.iter().chain(rewrite.iter().map(|(p, _)| p));
     let locked = locked_packs(repo, candidates.copied().collect()).await?;
     delete.retain(|p| !locked.contains_key(p));
-    let (held, rewrite): (Vec<_>, Vec<_>) = rewrite
-        .into_iter()
-        .partition(|(p, _)| locked.contains_key(p));
-    keep.extend(held.into_iter().map(|(p, _)| (p, by_pack[&p].clone())));
-    let whole: Vec<Id> = locked
-        .keys()
-        .filter(|p| indexed.contains(p) && !keep.iter().any(|(k, _)| k == *p))
-        .copied()
-        .collect();
-    keep.extend(whole.into_iter().map(|p| (p, by_pack[&p].clone())));
+    rewrite.retain(|(p, _)| !locked.contains_key(p));
+    // Every locked indexed pack, whether it was to be rewritten or deleted, stays indexed whole.
+    let whole = locked.keys().filter(|p| indexed.contains(p));
+    keep.extend(whole.map(|p| (*p, by_pack[p].clone())));
     out.packs_locked = locked.len();
     out.bytes_locked = locked
         .keys()
