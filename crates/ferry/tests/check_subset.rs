@@ -64,20 +64,16 @@ fn subsets_local_and_the_damaged_pack_is_found_once() {
     let dir = scratch("subset-local");
     let repo = Repo::local(&dir);
     groups_cover_every_pack(&repo, &dir);
-    // Damage one pack in place, size unchanged: only reading it finds it.
+    // Damage one data pack in place, size unchanged: only reading it finds it. The largest
+    // pack is a data pack; a tree pack (read by every check to walk the snapshots) would be
+    // found without --read-data, and read_dir's order is the packs' random ids.
     let data = dir.join("repo/data");
-    let sub = std::fs::read_dir(&data)
+    let pack = std::fs::read_dir(&data)
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let pack = std::fs::read_dir(sub)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+        .flat_map(|sub| std::fs::read_dir(sub.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
     let mut body = std::fs::read(&pack).unwrap();
     let mid = body.len() / 2;
     body[mid] ^= 0xff;
