@@ -351,6 +351,13 @@ impl Store for CloudStore {
         }
     }
 
+    fn leftovers(&self, up: &Upload, blocks: &[BlockId]) -> Vec<String> {
+        match &self.flavor {
+            Flavor::Gcs(_) => gcs::leftovers(up, blocks),
+            _ => Vec::new(),
+        }
+    }
+
     async fn abort_upload(&self, up: &Upload) -> Result<()> {
         match &self.flavor {
             // Uncommitted Azure blocks are never visible and expire on their own.

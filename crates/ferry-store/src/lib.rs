@@ -167,6 +167,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     ) -> Result<Option<String>>;
     /// Discards a session and every block written to it.
     async fn abort_upload(&self, up: &Upload) -> Result<()>;
+    /// Objects that a completed upload of `blocks` leaves for the caller to delete (GCS's
+    /// composed parts): deleting them in the completion itself would make it as long as
+    /// hundreds of round trips, and a failure to delete one fail an upload that succeeded.
+    fn leftovers(&self, _up: &Upload, _blocks: &[BlockId]) -> Vec<String> {
+        Vec::new()
+    }
     /// Why `key` may not be deleted now (Object Lock retention or legal hold, said in words),
     /// or `None`. A plain delete of a locked S3 object "succeeds" as a delete marker while its
     /// data stays: callers that mean to free space ask first, and keep what is locked.

@@ -8,6 +8,10 @@ use futures::{StreamExt, TryStreamExt};
 use crate::digest::{self, BlockSum, Need};
 use crate::{sum_of, BlockPlan, Class, Engine, Progress, SharedStore, ABORT_TIMEOUT};
 
+/// Leftovers of a completed upload deleted at once: one request each, about 200 for 1 GiB
+/// on GCS, and on an 80 ms link one after another they took longer than the upload's blocks.
+const LEFTOVER_DELETES: usize = 16;
+
 /// The digest an object's reader can check, if the source vouches for one under `plan`.
 pub(crate) fn expected_digest(
     src: &SharedStore, info: &ObjectInfo, plan: BlockPlan,
@@ -190,6 +194,7 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
+        self.delete_leftovers(dst, up, &ids).await;
         match (stored, got) {
             (Some(stored), Some(got)) if stored != got => {
                 let _ = dst.delete(&up.key).await;
@@ -199,6 +204,26 @@ impl Engine {
                 )))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// Deletes what a completed upload left behind (GCS's parts), many at once, each retried.
+    /// One that stays is said, not failed: the object is whole, and the store's listings
+    /// leave such parts out.
+    async fn delete_leftovers(&self, dst: &SharedStore, up: &Upload, ids: &[BlockId]) {
+        let names = dst.leftovers(up, ids);
+        let failed: Vec<Error> = futures::stream::iter(names)
+            .map(|name| async move {
+                let what = format!("delete {name}");
+                self.retry(&what, 0, || dst.delete(&name)).await.err()
+            })
+            .buffer_unordered(LEFTOVER_DELETES)
+            .filter_map(futures::future::ready)
+            .collect()
+            .await;
+        if let Some(e) = failed.first() {
+            tracing::warn!(key = %up.key, left = failed.len(), error = %e,
+                "could not delete every part of a completed upload");
         }
     }
 
