@@ -19,7 +19,7 @@ use ferry_transfer::{Error, Result};
 use tokio_postgres::Client;
 
 use crate::conn::{connect, pg_message};
-use crate::layout::PgLayout;
+use crate::layout::{BadPages, PgLayout};
 use crate::lsn::Lsn;
 use crate::record::{self, PgBackup};
 
@@ -43,9 +43,12 @@ pub struct Done {
     pub snapshot: Snapshot,
     /// What it records for PostgreSQL.
     pub record: PgBackup,
+    /// Pages whose checksum failed (with page checksums on; the backup is complete, but the
+    /// cluster's files are damaged).
+    pub bad_pages: BadPages,
 }
 
-fn db(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
+pub(crate) fn db(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
     move |e| match e.code() {
         Some(c) if *c == tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE => {
             Error::Denied(format!(
@@ -69,15 +72,47 @@ async fn now_us(c: &Client) -> Result<i64> {
     Ok(r.get(0))
 }
 
+/// The non-exclusive backup functions of a server version: PostgreSQL 15 renamed them
+/// (`pg_start_backup(label, fast, exclusive)` became `pg_backup_start(label, fast)`) and
+/// dropped exclusive backups.
+struct BackupApi {
+    /// Starts a backup labelled `$1` with a fast checkpoint; answers the start LSN as text.
+    start: &'static str,
+    /// Stops it without waiting for the archiver (ferry waits on its own archive instead):
+    /// the stop LSN as text, the label file, the tablespace map, the stop LSN's segment.
+    stop: &'static str,
+}
+
+impl BackupApi {
+    fn of(version: i32) -> BackupApi {
+        if version >= 150000 {
+            BackupApi {
+                start: "SELECT pg_backup_start($1, true)::text",
+                stop: "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn) \
+                       FROM pg_backup_stop(false)",
+            }
+        } else {
+            BackupApi {
+                start: "SELECT pg_start_backup($1, true, false)::text",
+                stop: "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn) \
+                       FROM pg_stop_backup(false, false)",
+            }
+        }
+    }
+}
+
 /// How long the backup's last segment may take to reach the archive.
 const ARCHIVE_WAIT: Duration = Duration::from_secs(600);
 /// How long a segment PostgreSQL reports archived may take to show in this repository
 /// before its archive_command is taken to go elsewhere.
 const ELSEWHERE_GRACE: Duration = Duration::from_secs(15);
 
-/// Waits until `name` is in `repo`'s WAL archive. Fails early when PostgreSQL says it
-/// archived the segment and the repository still lacks it: archive_command goes elsewhere.
-async fn wait_archived(c: &Client, repo: &Repo, name: &str) -> Result<()> {
+/// Waits up to `timeout` until `name` is in `repo`'s WAL archive. Fails early when PostgreSQL
+/// says it archived the segment and the repository still lacks it: archive_command goes
+/// elsewhere.
+pub(crate) async fn wait_archived(
+    c: &Client, repo: &Repo, name: &str, timeout: Duration,
+) -> Result<()> {
     let archive = crate::walview::archive(repo);
     let wal = ferry_wal::WalName::parse(name)?;
     let start = Instant::now();
@@ -85,7 +120,7 @@ async fn wait_archived(c: &Client, repo: &Repo, name: &str) -> Result<()> {
     let mut archived_at: Option<Instant> = None;
     let elsewhere = |why: &str| {
         Error::Permanent(format!(
-            "WAL segment {name}, which the backup needs, is not in {} ({why}): archive_command \
+            "WAL segment {name} is not in {} ({why}): archive_command \
              must be 'ferry wal-push %p' into this repository",
             repo.url()
         ))
@@ -96,8 +131,8 @@ async fn wait_archived(c: &Client, repo: &Repo, name: &str) -> Result<()> {
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
-        if start.elapsed() > ARCHIVE_WAIT {
-            let why = format!("not archived within {}s", ARCHIVE_WAIT.as_secs());
+        if start.elapsed() > timeout {
+            let why = format!("not archived within {}s", timeout.as_secs());
             return Err(elsewhere(&why));
         }
         if archived_at.is_none() && asked.elapsed() > Duration::from_millis(500) {
@@ -140,23 +175,26 @@ async fn backup_locked(
             "SELECT pg_is_in_recovery(), current_setting('server_version_num')::int, \
              current_setting('archive_mode'), \
              (SELECT setting::int8 FROM pg_settings WHERE name = 'wal_segment_size'), \
-             (SELECT count(*) FROM pg_tablespace WHERE spcname NOT IN ('pg_default', 'pg_global'))",
+             (SELECT count(*) FROM pg_tablespace WHERE spcname NOT IN ('pg_default', 'pg_global')), \
+             current_setting('data_checksums') = 'on' AND current_setting('block_size') = '8192'",
             &[],
         )
         .await
         .map_err(db("describe itself"))?;
     let (standby, version, archive_mode, seg_size, tablespaces): (bool, i32, String, i64, i64) =
         (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+    let checksums: bool = r.get(5);
     if standby {
         return Err(Error::Invalid(
             "the server is a standby: ferry pg backup backs up a primary".into(),
         ));
     }
-    if version < 150000 {
+    if version < 130000 {
         return Err(Error::Invalid(format!(
-            "PostgreSQL {version} is older than 15, which ferry pg backup needs"
+            "PostgreSQL {version} is older than 13, which ferry pg backup needs"
         )));
     }
+    let api = BackupApi::of(version);
     if archive_mode == "off" {
         return Err(Error::Invalid(
             "archive_mode is off: a base backup is only restorable with its WAL; set \
@@ -174,7 +212,7 @@ async fn backup_locked(
     let label = format!("ferry {}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"));
     let start_time = now_us(&c).await?;
     let r = c
-        .query_one("SELECT pg_backup_start($1, true)::text", &[&label])
+        .query_one(api.start, &[&label])
         .await
         .map_err(db("start a backup"))?;
     let start_lsn: Lsn = r.get::<_, String>(0).parse().map_err(Error::Permanent)?;
@@ -206,8 +244,12 @@ async fn backup_locked(
         .find(|(_, _, b)| b.system_id == system_id && b.data_dir == data_dir.to_string_lossy())
         .filter(|_| !opts.full);
     let (index, trees) = ferry_repo::backup::starting_point(&repo, parent.is_some()).await?;
-    let layout = Arc::new(PgLayout::new(&data_dir, opts.block));
-    let arch = Archiver::with_policy(repo.clone(), index, trees, progress, layout);
+    let mut layout = PgLayout::new(&data_dir, opts.block);
+    if checksums {
+        layout = layout.with_checksums(start_lsn.0);
+    }
+    let layout = Arc::new(layout);
+    let arch = Archiver::with_policy(repo.clone(), index, trees, progress, layout.clone());
     let root = arch
         .save_root(&data_dir, parent.as_ref().map(|(_, s, _)| s))
         .await?;
@@ -221,15 +263,12 @@ async fn backup_locked(
     }
 
     let r = c
-        .query_one(
-            "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn) FROM pg_backup_stop(false)",
-            &[],
-        )
+        .query_one(api.stop, &[])
         .await
         .map_err(db("stop the backup"))?;
     let stop_lsn: Lsn = r.get::<_, String>(0).parse().map_err(Error::Permanent)?;
     let stop_wal: String = r.get(3);
-    wait_archived(&c, &repo, &stop_wal).await?;
+    wait_archived(&c, &repo, &stop_wal, ARCHIVE_WAIT).await?;
     let spcmap: Option<String> = r.get(2);
     let record = PgBackup {
         system_id,
@@ -262,5 +301,6 @@ async fn backup_locked(
         id: out.id,
         snapshot: out.snapshot,
         record,
+        bad_pages: layout.bad_pages(),
     })
 }

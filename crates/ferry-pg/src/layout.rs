@@ -1,15 +1,19 @@
 //! What of a data directory a backup takes, and how relation files are cut.
 //!
-//! Left out, as pg_basebackup leaves them out: WAL (the archive has it), and directories
-//! PostgreSQL empties or rebuilds at start (their directories are kept, empty).
+//! Left out, as pg_basebackup leaves them out: WAL (the archive has it), directories
+//! PostgreSQL empties or rebuilds at start (their directories are kept, empty), and the data
+//! of unlogged relations (their init forks stay: recovery rebuilds the relation from them).
 //! Relation files are cut into page-aligned blocks: PostgreSQL changes them 8 KiB at a
 //! time, scattered, and content-defined chunks of 1 MiB would store most of a table again
 //! after a few rows changed everywhere in it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use ferry_repo::policy::{Chunking, Pick, Policy};
 use ferry_repo::tree::Node;
+
+use crate::checksum;
 
 /// Directories whose contents are not backed up.
 const EMPTIED: &[&str] = &[
@@ -42,7 +46,22 @@ pub const BLOCK: u32 = 64 << 10;
 pub struct PgLayout {
     root: PathBuf,
     block: u32,
+    /// With page checksums on: the backup's start LSN, and what failed.
+    checksums: Option<(u64, Mutex<BadPages>)>,
 }
+
+/// Pages whose checksum failed.
+#[derive(Debug, Default, Clone)]
+pub struct BadPages {
+    /// How many.
+    pub count: u64,
+    /// The first [`BAD_PAGES_KEPT`] of them: path relative to the data directory, block
+    /// number in the relation.
+    pub pages: Vec<(String, u64)>,
+}
+
+/// Bad pages named one by one; beyond, only counted.
+pub const BAD_PAGES_KEPT: usize = 100;
 
 impl PgLayout {
     /// For the data directory `root`, relation files cut into `block` bytes.
@@ -50,25 +69,70 @@ impl PgLayout {
         Self {
             root: root.to_path_buf(),
             block,
+            checksums: None,
         }
+    }
+
+    /// Verifies page checksums as relation files are read, for a backup started at `start`.
+    pub fn with_checksums(mut self, start: u64) -> Self {
+        self.checksums = Some((start, Mutex::new(BadPages::default())));
+        self
+    }
+
+    /// The pages whose checksum failed so far.
+    pub fn bad_pages(&self) -> BadPages {
+        self.checksums
+            .as_ref()
+            .map_or_else(BadPages::default, |(_, b)| {
+                b.lock().unwrap_or_else(|e| e.into_inner()).clone()
+            })
+    }
+
+    /// Relation files: their path relative to the data directory and first block number.
+    fn relation_start(&self, path: &Path) -> Option<(String, u64)> {
+        let rel = path.strip_prefix(&self.root).ok()?;
+        let parts: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
+        let name = match parts.as_slice() {
+            ["base", _, f] | ["global", f] | ["pg_tblspc", _, _, _, f] => *f,
+            _ => return None,
+        };
+        relation_of(name)?;
+        let segment = name
+            .split_once('.')
+            .and_then(|(_, s)| s.parse::<u64>().ok())
+            .unwrap_or(0);
+        Some((rel.display().to_string(), segment * checksum::SEGMENT_PAGES))
     }
 }
 
 /// `12345`, `12345.1`, `12345_fsm`, `12345_vm.2`, `12345_init`.
 fn is_relation_file(name: &str) -> bool {
-    let base = name.split_once('.').map_or(name, |(b, seg)| {
-        if seg.bytes().all(|c| c.is_ascii_digit()) && !seg.is_empty() {
-            b
-        } else {
-            ""
-        }
-    });
-    let oid = base
-        .strip_suffix("_fsm")
-        .or_else(|| base.strip_suffix("_vm"))
-        .or_else(|| base.strip_suffix("_init"))
-        .unwrap_or(base);
-    !oid.is_empty() && oid.bytes().all(|c| c.is_ascii_digit())
+    relation_of(name).is_some()
+}
+
+/// The relation file `name`'s file node and fork (`""` for the main fork, `"_fsm"`, ...).
+fn relation_of(name: &str) -> Option<(&str, &str)> {
+    let base = name.split_once('.').map_or(Some(name), |(b, seg)| {
+        (seg.bytes().all(|c| c.is_ascii_digit()) && !seg.is_empty()).then_some(b)
+    })?;
+    let (node, fork) = ["_fsm", "_vm", "_init"]
+        .iter()
+        .find_map(|f| base.strip_suffix(f).map(|n| (n, *f)))
+        .unwrap_or((base, ""));
+    (!node.is_empty() && node.bytes().all(|c| c.is_ascii_digit())).then_some((node, fork))
+}
+
+/// Whether `path`, a relation file named `name`, is a fork of an unlogged relation other than
+/// its init fork: recovery resets those from the init fork, so they are not backed up (as
+/// pg_basebackup does not). An unlogged relation is one whose `_init` fork exists.
+fn is_unlogged_data(path: &Path, name: &str) -> bool {
+    match relation_of(name) {
+        Some((node, fork)) if fork != "_init" => path
+            .with_file_name(format!("{node}_init"))
+            .symlink_metadata()
+            .is_ok(),
+        _ => false,
+    }
 }
 
 impl PgLayout {
@@ -84,6 +148,8 @@ impl PgLayout {
         }
         match parts.as_slice() {
             [one] => !SKIPPED.contains(one),
+            ["base", _, f] => !is_unlogged_data(path, f),
+            ["pg_tblspc", _, _, _, f] => !is_unlogged_data(path, f),
             [dir, _, ..] => !EMPTIED.contains(dir),
             [] => true,
         }
@@ -112,6 +178,28 @@ impl Policy for PgLayout {
             Chunking::Fixed(self.block)
         } else {
             Chunking::ContentDefined
+        }
+    }
+
+    fn inspect(&self, path: &Path, offset: u64, block: &[u8]) {
+        let Some((start, bad)) = &self.checksums else {
+            return;
+        };
+        let Some((rel, first)) = self.relation_start(path) else {
+            return;
+        };
+        // Blocks start on page boundaries (the block size is a multiple of the page); a
+        // short page at the end is a file being extended: its page is in the WAL.
+        for (i, page) in block.chunks_exact(checksum::PAGE).enumerate() {
+            let page: &[u8; checksum::PAGE] = page.try_into().expect("a whole page");
+            let blkno = first + offset / checksum::PAGE as u64 + i as u64;
+            if checksum::verify(page, blkno, *start) == checksum::Verdict::Bad {
+                let mut b = bad.lock().unwrap_or_else(|e| e.into_inner());
+                b.count += 1;
+                if b.pages.len() < BAD_PAGES_KEPT {
+                    b.pages.push((rel.clone(), blkno));
+                }
+            }
         }
     }
 
@@ -145,6 +233,37 @@ mod tests {
         ] {
             assert!(!l.takes(Path::new(no)), "{no}");
         }
+    }
+
+    #[test]
+    fn leaves_out_unlogged_relations_but_their_init_forks() {
+        let root = std::env::temp_dir().join(format!("ferry-layout-{}", std::process::id()));
+        let db = root.join("base/5");
+        std::fs::create_dir_all(&db).unwrap();
+        for f in [
+            "16384",
+            "16384.1",
+            "16384_fsm",
+            "16384_vm",
+            "16384_init",
+            "16385",
+        ] {
+            std::fs::write(db.join(f), b"").unwrap();
+        }
+        let l = PgLayout::new(&root, BLOCK);
+        let took: Vec<_> = [
+            "16384",
+            "16384.1",
+            "16384_fsm",
+            "16384_vm",
+            "16384_init",
+            "16385",
+        ]
+        .into_iter()
+        .filter(|f| l.takes(&db.join(f)))
+        .collect();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(took, ["16384_init", "16385"]);
     }
 
     #[test]

@@ -8,8 +8,11 @@
 #![warn(missing_docs)]
 
 pub mod backup;
+pub mod check;
+pub mod checksum;
 pub mod conn;
 pub mod expire;
+pub mod info;
 pub mod layout;
 pub mod lsn;
 pub mod record;

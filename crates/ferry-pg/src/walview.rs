@@ -80,6 +80,18 @@ impl WalView {
             .collect()
     }
 
+    /// Per timeline, oldest first: its first and last archived segment and how many it has.
+    pub fn ranges(&self) -> Vec<(u32, WalName, WalName, usize)> {
+        self.segments
+            .iter()
+            .filter_map(|(t, set)| {
+                let (first, last) = (set.first()?, set.last()?);
+                let name = |s: u64| WalName::segment(*t, s, self.seg_size);
+                Some((*t, name(*first), name(*last), set.len()))
+            })
+            .collect()
+    }
+
     /// The newest segment archived on `timeline` or any later one.
     pub fn newest_from(&self, timeline: u32) -> Option<(u32, u64)> {
         self.segments

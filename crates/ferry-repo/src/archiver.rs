@@ -403,7 +403,10 @@ impl Archiver {
         let mut read = 0u64;
         if let Chunking::Fixed(block) = self.policy.chunking(path) {
             let f = fs::File::open(path).map_err(io)?;
-            let store = |b: &[u8]| self.add_blob(BlobKind::Data, b);
+            let store = |off: u64, b: &[u8]| {
+                self.policy.inspect(path, off, b);
+                self.add_blob(BlobKind::Data, b)
+            };
             return crate::blocks::cut(&f, size, block, &store, &path.display());
         } else if size <= u64::from(cfg.chunk_min) {
             // A small file is one chunk: no chunker buffer for it.

@@ -17,12 +17,12 @@ type Cut = std::io::Result<Result<(Vec<Id>, u64)>>;
 /// Bytes one thread takes at a time.
 const STRIDE: u64 = 32 << 20;
 
+/// How a block is stored: given its offset in the file and its bytes, its blob's id.
+pub type Store<'a> = &'a (dyn Fn(u64, &[u8]) -> Result<Id> + Sync);
+
 /// Reads `[start, end)` of `f` (to the end of the file when `end` is `None`) in `block`-byte
 /// pieces, handing each to `store`; the ids in order and the bytes read.
-fn cut_range(
-    f: &File, start: u64, end: Option<u64>, block: usize,
-    store: &(dyn Fn(&[u8]) -> Result<Id> + Sync),
-) -> Cut {
+fn cut_range(f: &File, start: u64, end: Option<u64>, block: usize, store: Store) -> Cut {
     let mut buf = vec![0u8; block];
     let (mut ids, mut off) = (Vec::new(), start);
     while end.is_none_or(|e| off < e) {
@@ -38,7 +38,7 @@ fn cut_range(
         if n == 0 {
             break;
         }
-        match store(&buf[..n]) {
+        match store(off, &buf[..n]) {
             Ok(id) => ids.push(id),
             Err(e) => return Ok(Err(e)),
         }
@@ -54,8 +54,7 @@ fn cut_range(
 /// order and the bytes read. Beyond [`STRIDE`], ranges go to as many threads as there are
 /// cores; the last range reads on to the end of the file, as a lone reader would.
 pub fn cut(
-    f: &File, size: u64, block: u32, store: &(dyn Fn(&[u8]) -> Result<Id> + Sync),
-    what: &dyn std::fmt::Display,
+    f: &File, size: u64, block: u32, store: Store, what: &dyn std::fmt::Display,
 ) -> Result<(Vec<Id>, u64)> {
     let io = |e| Error::io(what, e);
     let block = block as usize;
@@ -121,7 +120,7 @@ mod tests {
         std::fs::write(&p, &data).unwrap();
         let f = File::open(&p).unwrap();
         let seen = Mutex::new(Vec::new());
-        let store = |b: &[u8]| {
+        let store = |_: u64, b: &[u8]| {
             let id = Id::of(b);
             seen.lock().unwrap().push((id, b.to_vec()));
             Ok(id)

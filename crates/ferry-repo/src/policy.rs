@@ -38,6 +38,10 @@ pub trait Policy: Send + Sync {
     fn chunking(&self, _path: &Path) -> Chunking {
         Chunking::ContentDefined
     }
+    /// Sees each block of a file cut in [`Chunking::Fixed`] blocks as it is read, at its
+    /// offset, before it is stored: for checks of the content (PostgreSQL's page checksums).
+    /// Blocks of one file may come from several threads, in any order.
+    fn inspect(&self, _path: &Path, _offset: u64, _block: &[u8]) {}
     /// Whether an entry that disappears between listing and reading is an error; a running
     /// database drops and renames files all the time, and its WAL covers them.
     fn vanished_is_error(&self) -> bool {

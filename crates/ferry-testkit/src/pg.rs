@@ -1,4 +1,4 @@
-//! Throwaway PostgreSQL 15 clusters for tests that need their own settings (WAL archiving,
+//! Throwaway PostgreSQL clusters (15, or another major: [`use_major`]) for tests that need their own settings (WAL archiving,
 //! crashes, recovery from a base backup).
 //!
 //! The binaries come from `FERRY_TEST_PG_BIN` (exported by `scripts/services up postgres`; without
@@ -44,6 +44,30 @@ use std::time::{Duration, Instant};
 const PARENT: &str = "/tmp";
 /// How long `pg_ctl start -w` may wait (archive recovery before consistency included).
 const START_TIMEOUT_S: &str = "300";
+
+thread_local! {
+    /// The major version this thread's clusters run, when not the default's (see [`use_major`]).
+    static MAJOR: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Clusters this thread makes from now on run PostgreSQL `major` (13, 14, 16, 17 or 18) from
+/// `FERRY_TEST_PG_VERSIONS/<major>/bin` (`scripts/services up postgres` installs them with
+/// `scripts/install-tools pg-versions`). Those packages hold initdb, pg_ctl and postgres only:
+/// psql comes from `PATH` (15's, which speaks to every one of them). False (a loud skip) when
+/// the variable is not set outside CI; under CI a missing version fails.
+pub fn use_major(major: u32) -> bool {
+    let Some(dir) = crate::require("FERRY_TEST_PG_VERSIONS") else {
+        return false;
+    };
+    let bin = Path::new(&dir).join(major.to_string()).join("bin");
+    assert!(
+        bin.join("postgres").is_file(),
+        "{} has no postgres (scripts/install-tools pg-versions)",
+        bin.display()
+    );
+    MAJOR.set(Some(major));
+    true
+}
 
 /// The OS user clusters run as.
 #[derive(Debug, Clone)]
@@ -166,7 +190,13 @@ impl PgCluster {
             eprintln!("SKIPPED: PostgreSQL tests need: eval \"$(scripts/services up postgres)\"");
             return None;
         };
-        let bin = PathBuf::from(bin);
+        let bin = match MAJOR.get() {
+            Some(major) => {
+                let dir = std::env::var("FERRY_TEST_PG_VERSIONS").expect("checked by use_major");
+                Path::new(&dir).join(major.to_string()).join("bin")
+            }
+            None => PathBuf::from(bin),
+        };
         assert!(
             bin.join("initdb").is_file(),
             "FERRY_TEST_PG_BIN={} has no initdb (scripts/install-tools postgres)",

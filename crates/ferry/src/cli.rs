@@ -692,6 +692,11 @@ pub enum PgCommand {
     Expire(PgExpireArgs),
     /// Check that every backup has all its WAL and that its data is sound.
     Verify(PgVerifyArgs),
+    /// Prove archiving works now: switch WAL, wait for it in the repository, read it back, and
+    /// check that the newest backup reaches it.
+    Check(PgCheckArgs),
+    /// Backups, archived WAL per timeline and, with --conninfo, archiving lag: for monitoring.
+    Info(PgInfoArgs),
 }
 
 /// `ferry pg backup`.
@@ -757,6 +762,26 @@ pub struct PgVerifyArgs {
     /// Also read and authenticate every pack.
     #[arg(long)]
     pub read_data: bool,
+}
+
+/// `ferry pg check`.
+#[derive(Debug, Args)]
+pub struct PgCheckArgs {
+    /// libpq connection string or URL [default: from PG* variables].
+    #[arg(long, env = "FERRY_PG_CONNINFO", default_value = "")]
+    pub conninfo: String,
+    /// How long the switched WAL file may take to reach the repository.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub archive_timeout: std::time::Duration,
+}
+
+/// `ferry pg info`.
+#[derive(Debug, Args)]
+pub struct PgInfoArgs {
+    /// Also ask the cluster how far archiving lags (libpq connection string or URL; "" for
+    /// the PG* variables').
+    #[arg(long, env = "FERRY_PG_CONNINFO")]
+    pub conninfo: Option<String>,
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! WAL archiving with a real PostgreSQL 15: every segment archived comes back byte-identical,
 //! and a cluster recovers from a base backup through `ferry wal-fetch`, in both modes, to a
-//! local repository and to MinIO.
+//! local repository, to MinIO and to Azurite.
 
 mod walkit;
 
-use walkit::{s3_repo, tail, Repo, Rig, T};
+use walkit::{azure_repo, s3_repo, tail, Repo, Rig, T};
 
 fn archive_and_recover(repo: Repo, async_: bool) {
     let Some(rig) = Rig::new(&repo, async_, &[]) else {
@@ -97,6 +97,18 @@ fn s3_async() {
 #[test]
 fn s3_sync() {
     let Some(repo) = s3_repo() else { return };
+    archive_and_recover(repo, false);
+}
+
+#[test]
+fn azure_async() {
+    let Some(repo) = azure_repo() else { return };
+    archive_and_recover(repo, true);
+}
+
+#[test]
+fn azure_sync() {
+    let Some(repo) = azure_repo() else { return };
     archive_and_recover(repo, false);
 }
 

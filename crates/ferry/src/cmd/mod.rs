@@ -10,6 +10,7 @@ pub mod maint;
 pub mod manage;
 pub mod mount;
 pub mod pg;
+pub mod pg_check;
 pub mod repair;
 pub mod repo;
 pub mod wal;

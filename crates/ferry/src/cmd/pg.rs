@@ -1,4 +1,5 @@
-//! `ferry pg backup | restore | backups | expire | verify`.
+//! `ferry pg backup | restore | backups | expire | verify`; `check` and `info` are in
+//! `pg_check.rs`.
 
 use std::time::Instant;
 
@@ -23,10 +24,12 @@ pub async fn run(cmd: &PgCommand, ctx: &mut Ctx) -> Result<()> {
         PgCommand::Backups => list(ctx).await,
         PgCommand::Expire(a) => expire(a, ctx).await,
         PgCommand::Verify(a) => verify(a.read_data, ctx).await,
+        PgCommand::Check(a) => super::pg_check::check(a, ctx).await,
+        PgCommand::Info(a) => super::pg_check::info(a, ctx).await,
     }
 }
 
-fn mb(b: u64) -> String {
+pub(super) fn mb(b: u64) -> String {
     format!("{:.1} MB", b as f64 / 1e6)
 }
 
@@ -53,12 +56,15 @@ async fn backup(a: &PgBackupArgs, ctx: &mut Ctx) -> Result<()> {
     let done = res?;
     let s = &done.snapshot.summary;
     let b = &done.record;
+    let bad = &done.bad_pages;
     let secs = started.elapsed().as_secs_f64();
     if out.json {
         println!(
             "{}",
             serde_json::json!({"backup": done.id, "record": b, "summary": s, "seconds": secs,
-                "stored_fraction": if s.total_bytes == 0 { 0.0 } else { s.bytes_stored as f64 / s.total_bytes as f64 }})
+                "stored_fraction": if s.total_bytes == 0 { 0.0 } else { s.bytes_stored as f64 / s.total_bytes as f64 },
+                "bad_pages": bad.count,
+                "bad_page_list": bad.pages.iter().map(|(f, blk)| serde_json::json!({"file": f, "block": blk})).collect::<Vec<_>>()})
         );
     } else {
         eprintln!(
@@ -75,6 +81,17 @@ async fn backup(a: &PgBackupArgs, ctx: &mut Ctx) -> Result<()> {
             b.start_wal,
             b.stop_wal,
             b.stop_lsn,
+        );
+        for (file, blk) in &bad.pages {
+            eprintln!("bad page: {file} block {blk}: its checksum does not match");
+        }
+    }
+    if bad.count > 0 {
+        bail!(
+            "{} pages failed their checksum (damaged on disk); the backup {} is complete and \
+             holds them as they are",
+            bad.count,
+            done.id.short()
         );
     }
     Ok(())

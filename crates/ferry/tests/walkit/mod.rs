@@ -18,6 +18,17 @@ pub enum Repo {
     Local,
     /// A fresh bucket on the S3 server under test, reached at `endpoint`.
     S3 { bucket: String, endpoint: String },
+    /// A fresh container on the Azure server under test (Azurite).
+    Azure { container: String },
+}
+
+/// The Azure server under test, with a fresh container; `None` (a loud skip) without one.
+pub fn azure_repo() -> Option<Repo> {
+    ferry_testkit::require("AZURE_STORAGE_CONNECTION_STRING")?;
+    let container = ferry_testkit::unique("wal");
+    let out = ferry(&["mkdir", &format!("az://{container}")], &[]);
+    assert!(out.status.success(), "mkdir: {}", stderr(&out));
+    Some(Repo::Azure { container })
 }
 
 /// The S3 server under test, with a fresh bucket; `None` (a loud skip) without one.
@@ -98,6 +109,16 @@ impl Rig {
                 let cache = pg.make_dir("cache").display().to_string();
                 env.push(("FERRY_CACHE_DIR".into(), cache));
                 format!("s3://{bucket}/{}", pg.port())
+            }
+            Repo::Azure { container } => {
+                let var = "AZURE_STORAGE_CONNECTION_STRING";
+                env.push((
+                    var.into(),
+                    std::env::var(var).expect("checked by azure_repo"),
+                ));
+                let cache = pg.make_dir("cache").display().to_string();
+                env.push(("FERRY_CACHE_DIR".into(), cache));
+                format!("az://{container}/{}", pg.port())
             }
         };
         env.push(("FERRY_REPO".into(), repo_url.clone()));
