@@ -405,10 +405,9 @@ impl Dir {
         done
     }
 
-    /// The content of the regular file `name`; `None` when there is none. Anything else
+    /// The regular file `name`, open for reading; `None` when there is none. Anything else
     /// there (a symlink, a FIFO, a device) is an error, never opened.
-    pub fn read_file(&self, name: &[u8], max: u64) -> io::Result<Option<Vec<u8>>> {
-        use std::io::Read;
+    pub fn open_file(&self, name: &[u8]) -> io::Result<Option<(File, libc::stat)>> {
         let c = entry(name)?;
         let fd = match self.openat(&c, libc::O_RDONLY | libc::O_NONBLOCK) {
             Ok(fd) => fd,
@@ -422,6 +421,16 @@ impl Dir {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(err(io::ErrorKind::InvalidData, "not a regular file"));
         }
+        Ok(Some((File::from(fd), st)))
+    }
+
+    /// The content of the regular file `name`; `None` when there is none. Anything else
+    /// there (a symlink, a FIFO, a device) is an error, never opened.
+    pub fn read_file(&self, name: &[u8], max: u64) -> io::Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        let Some((file, st)) = self.open_file(name)? else {
+            return Ok(None);
+        };
         if st.st_size as u64 > max {
             return Err(err(
                 io::ErrorKind::InvalidData,
@@ -429,7 +438,7 @@ impl Dir {
             ));
         }
         let mut out = Vec::with_capacity(st.st_size as usize);
-        File::from(fd).take(max).read_to_end(&mut out)?;
+        file.take(max).read_to_end(&mut out)?;
         Ok(Some(out))
     }
 

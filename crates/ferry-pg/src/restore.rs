@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ferry_repo::archiver::BackupProgress;
+use ferry_repo::restorer::Overwrite;
 use ferry_repo::{Id, Repo, Snapshot};
 use ferry_transfer::{Error, Result};
 
@@ -28,6 +29,9 @@ pub struct RestoreOptions {
     pub action: String,
     /// The `restore_command` to write.
     pub restore_command: String,
+    /// Into an existing data directory, keeping the files that hold the backup's content
+    /// and rewriting or removing the rest (pgBackRest's `--delta`).
+    pub delta: bool,
 }
 
 /// What was restored.
@@ -41,6 +45,10 @@ pub struct Restored {
     pub files: u64,
     /// See `files`.
     pub bytes: u64,
+    /// With `delta`: files already right, left as they were.
+    pub kept: u64,
+    /// With `delta`: entries removed, which the backup does not hold.
+    pub removed: u64,
     /// WAL holes after the backup a replay would stop at (the target may lie before them).
     pub warnings: Vec<String>,
 }
@@ -51,6 +59,30 @@ fn is_empty_dir(p: &Path) -> Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
         Err(e) => Err(Error::io(p.display(), e)),
     }
+}
+
+/// Refuses a `--delta` target that is not a stopped data directory: anything but a missing
+/// or empty directory must hold `PG_VERSION` (a delta removes what the backup does not hold:
+/// pointed at the wrong directory, it would empty it), and no `postmaster.pid`.
+fn delta_target(to: &Path) -> Result<()> {
+    if is_empty_dir(to)? {
+        return Ok(());
+    }
+    if !to.join("PG_VERSION").is_file() {
+        return Err(Error::Invalid(format!(
+            "{} is not a PostgreSQL data directory (no PG_VERSION): --delta rewrites a data \
+             directory and removes what the backup does not hold",
+            to.display()
+        )));
+    }
+    if to.join("postmaster.pid").symlink_metadata().is_ok() {
+        return Err(Error::Invalid(format!(
+            "{} has a postmaster.pid: stop PostgreSQL first (if it does not run, remove the \
+             file)",
+            to.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Chooses the backup for `opts` among the repository's.
@@ -184,9 +216,12 @@ const MAX_CONF: u64 = 64 << 20;
 pub async fn restore(
     repo: Arc<Repo>, opts: &RestoreOptions, progress: Arc<dyn BackupProgress>,
 ) -> Result<Restored> {
-    if !is_empty_dir(&opts.to)? {
+    if opts.delta {
+        delta_target(&opts.to)?;
+    } else if !is_empty_dir(&opts.to)? {
         return Err(Error::AlreadyExists(format!(
-            "{} is not empty: ferry pg restore writes only into an empty or new directory",
+            "{} is not empty: ferry pg restore writes only into an empty or new directory \
+             (--delta: into a data directory, rewriting what differs)",
             opts.to.display()
         )));
     }
@@ -202,14 +237,17 @@ pub async fn restore(
     let done = async {
         // Private (0700) before any content; its mode is set last.
         ferry_fs::Dir::create_root(&opts.to).map_err(|e| Error::io(opts.to.display(), e))?;
-        let r = ferry_repo::restorer::restore(
-            repo.clone(),
-            &snap,
-            &opts.to,
-            &ferry_repo::restorer::Options::default(),
-            progress,
-        )
-        .await?;
+        let how = ferry_repo::restorer::Options {
+            overwrite: if opts.delta {
+                Overwrite::IfDifferent
+            } else {
+                Overwrite::Always
+            },
+            delete: opts.delta,
+            ..Default::default()
+        };
+        let r =
+            ferry_repo::restorer::restore(repo.clone(), &snap, &opts.to, &how, progress).await?;
         if let Some(e) = r.errors.first() {
             return Err(Error::Checksum(format!(
                 "{} files could not be restored, first: {e}",
@@ -226,8 +264,15 @@ pub async fn restore(
             backup: b,
             files: r.files,
             bytes: r.bytes,
+            kept: r.skipped,
+            removed: r.deleted,
             warnings,
         }),
+        // What a delta restore changed cannot be undone; run again, it finishes the job.
+        Err(e) if opts.delta => Err(Error::Permanent(format!(
+            "{e}; {} is partly restored: run the delta restore again",
+            opts.to.display()
+        ))),
         Err(e) => {
             // Leave the directory as it was found: absent, or empty.
             if existed {

@@ -182,6 +182,7 @@ fn options(to: &Path, target: Target) -> RestoreOptions {
         backup: None,
         action: "promote".into(),
         restore_command: "ferry wal-fetch --repo '/srv/backups' %f %p".into(),
+        delta: false,
     }
 }
 
@@ -450,6 +451,32 @@ async fn restore_refuses_missing_wal_and_cleans_up_after_damage() {
         std::fs::read_dir(&empty).unwrap().count(),
         0,
         "an empty directory is left empty"
+    );
+
+    // --delta: a directory that is not a data directory is refused untouched; a data
+    // directory a failed delta wrote into is left for the next try, never removed.
+    let stray = scratch.0.join("stray");
+    std::fs::create_dir(&stray).unwrap();
+    std::fs::write(stray.join("mine"), b"keep").unwrap();
+    let delta = |to: &Path| RestoreOptions {
+        delta: true,
+        ..options(to, Target::Latest)
+    };
+    let e = restore_refused(&repo, &delta(&stray)).await;
+    assert!(
+        matches!(&e, Error::Invalid(m) if m.contains("no PG_VERSION")),
+        "{e:?}"
+    );
+    assert_eq!(std::fs::read(stray.join("mine")).unwrap(), b"keep");
+    std::fs::write(stray.join("PG_VERSION"), b"15\n").unwrap();
+    let e = restore_refused(&repo, &delta(&stray)).await;
+    assert!(
+        matches!(&e, Error::Permanent(m) if m.contains("partly restored")),
+        "{e:?}"
+    );
+    assert!(
+        stray.join("PG_VERSION").exists(),
+        "a delta removes nothing on failure"
     );
 }
 

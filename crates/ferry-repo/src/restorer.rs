@@ -69,6 +69,11 @@ pub enum Overwrite {
     IfChanged,
     /// Leave anything that exists; directories are entered all the same.
     Never,
+    /// Leave a regular file whose size, mode and (on a root restore) owner match the
+    /// snapshot's and whose content does, blob by blob (read and hashed with the repository's
+    /// key); replace anything else. Slower than `IfChanged`, and a file whose mtime was put
+    /// back after a change is still found (a delta restore).
+    IfDifferent,
 }
 
 /// What to restore, and how.
@@ -253,24 +258,55 @@ fn keep_selected(items: Vec<Item>, whole: Vec<bool>) -> (Vec<Item>, Vec<bool>) {
 }
 
 /// True when the entry already at `it`'s place stays as it is (`--overwrite`).
-fn leave(dir: &Dir, it: &Item, how: Overwrite, owner: bool, special: bool) -> bool {
+fn leave(dir: &Dir, it: &Item, how: Overwrite, owner: bool, special: bool, blobs: &Blobs) -> bool {
     let Ok(Some(st)) = dir.lstat(it.name()) else {
         return false;
     };
     let n = &it.node;
+    let same_file = || {
+        let m = meta(n, special);
+        n.kind == NodeKind::File
+            && st.st_mode & libc::S_IFMT == libc::S_IFREG
+            && st.st_size as u64 == n.size
+            && st.st_mode & 0o7777 == m.mode & 0o7777
+            && (!owner || (st.st_uid == n.uid && st.st_gid == n.gid))
+    };
     match how {
         Overwrite::Always => false,
         Overwrite::Never => true,
         Overwrite::IfChanged => {
-            let m = meta(n, special);
-            n.kind == NodeKind::File
-                && st.st_mode & libc::S_IFMT == libc::S_IFREG
-                && st.st_size as u64 == n.size
-                && st.st_mtime * 1_000_000_000 + st.st_mtime_nsec == n.mtime
-                && st.st_mode & 0o7777 == m.mode & 0o7777
-                && (!owner || (st.st_uid == n.uid && st.st_gid == n.gid))
+            same_file() && st.st_mtime * 1_000_000_000 + st.st_mtime_nsec == n.mtime
+        }
+        Overwrite::IfDifferent => same_file() && same_content(dir, it, blobs),
+    }
+}
+
+/// What checking a file's content against the snapshot needs.
+struct Blobs<'a> {
+    key: &'a crate::crypto::MasterKey,
+    index: &'a Index,
+}
+
+/// Whether the regular file at `it`'s place holds the snapshot's content: each blob's
+/// plaintext length read in turn hashes to that blob's id. A read error counts as different.
+fn same_content(dir: &Dir, it: &Item, blobs: &Blobs) -> bool {
+    use std::io::Read;
+    let Ok(Some((file, _))) = dir.open_file(it.name()) else {
+        return false;
+    };
+    let mut file = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut buf = Vec::new();
+    for id in &it.node.content {
+        let Some(loc) = blobs.index.get(id) else {
+            return false;
+        };
+        buf.resize(loc.plain_len as usize, 0);
+        if file.read_exact(&mut buf).is_err() || blobs.key.blob_id(&buf) != *id {
+            return false;
         }
     }
+    // Nothing after the last blob (the size was compared, but the file may have grown).
+    matches!(file.read(&mut [0u8; 1]), Ok(0))
 }
 
 /// `--delete`: in every directory restored whole (the target itself when nothing narrows
@@ -618,7 +654,7 @@ async fn restore_locked(
         errors: std::mem::take(&mut walked.refused),
         ..Restored::default()
     };
-    let (mut plan, by_pack, whole) = lay_out(walked, root, &index, opts, &mut out);
+    let (mut plan, by_pack, whole) = lay_out(walked, root, &index, repo.key(), opts, &mut out);
     // 3. Files of several blobs made on all cores, under private temp names.
     let (its, pl) = (plan.items.clone(), plan.places.clone());
     let make = std::mem::take(&mut plan.make);
@@ -677,8 +713,10 @@ struct Plan {
 /// which blobs of which packs it is made of, or why it cannot be restored. Returns the plan,
 /// the blobs wanted per pack, and which files are made whole by their one blob.
 fn lay_out(
-    walked: Walked, root: Dir, index: &Index, opts: &Options, out: &mut Restored,
+    walked: Walked, root: Dir, index: &Index, key: &crate::crypto::MasterKey, opts: &Options,
+    out: &mut Restored,
 ) -> (Plan, ByPack, Vec<bool>) {
+    let blobs = Blobs { key, index };
     let Walked {
         items,
         whole: selected,
@@ -710,7 +748,7 @@ fn lay_out(
         // Only asked when not overwriting: the default path makes no extra call per entry.
         if n.kind != NodeKind::Dir && opts.overwrite != Overwrite::Always {
             if let Some(dir) = places.parent(&items, i) {
-                if leave(dir, it, opts.overwrite, owner, special) {
+                if leave(dir, it, opts.overwrite, owner, special, &blobs) {
                     out.skipped += 1;
                     left.insert(i);
                     continue;

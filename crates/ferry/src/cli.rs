@@ -356,7 +356,8 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub no_special: bool,
     /// What to do with an entry already in the target: replace it (always), leave a file
-    /// whose size, mtime, mode and owner match (if-changed), or leave it (never).
+    /// whose size, mtime, mode and owner match (if-changed) or whose content does too, read
+    /// and compared (if-different), or leave it (never).
     #[arg(long, value_enum, default_value_t = OverwriteArg::Always)]
     pub overwrite: OverwriteArg,
     /// Remove what the target holds and the snapshot does not (within what is selected).
@@ -378,6 +379,8 @@ pub enum OverwriteArg {
     Always,
     /// Leave a file whose size, mtime, mode and owner match the snapshot's.
     IfChanged,
+    /// Leave a file whose size, mode, owner and content (read and hashed) match.
+    IfDifferent,
     /// Leave anything already there.
     Never,
 }
@@ -719,7 +722,7 @@ pub struct PgBackupArgs {
 /// `ferry pg restore`.
 #[derive(Debug, Args)]
 pub struct PgRestoreArgs {
-    /// The new data directory (absent or empty).
+    /// The new data directory (absent or empty; with --delta, an existing one).
     #[arg(long)]
     pub to: PathBuf,
     /// Recover up to this time (with zone, e.g. '2026-11-22 14:05:00+00').
@@ -740,6 +743,10 @@ pub struct PgRestoreArgs {
     /// What the server does at the target: promote, pause or shutdown.
     #[arg(long, default_value = "promote")]
     pub target_action: String,
+    /// Restore into an existing (stopped) data directory: files holding the backup's content
+    /// are kept, the others rewritten, and what the backup does not hold is removed.
+    #[arg(long)]
+    pub delta: bool,
 }
 
 /// `ferry pg expire`.

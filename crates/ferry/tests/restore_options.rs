@@ -118,6 +118,44 @@ fn overwrite_never_if_changed_and_always() {
     assert!(err.contains("sometimes"), "{err}");
 }
 
+/// if-different reads what if-changed trusts: a file changed with its size and mtime put
+/// back is replaced; a file with the snapshot's content is left whatever its mtime.
+#[test]
+fn overwrite_if_different_compares_content() {
+    let r = Rig::new("ro-diff");
+    r.restore(&[]);
+    let (a, b) = (r.at("a"), r.at("b"));
+    let mtime = std::fs::metadata(&a).unwrap().modified().unwrap();
+    std::fs::write(&a, "ALPHA").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&a)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&b)
+        .unwrap()
+        .set_modified(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap();
+    let ib = ino(&b);
+    r.restore(&["--overwrite", "if-changed"]);
+    assert_eq!(read(&a), "ALPHA", "if-changed trusts size and mtime");
+    let ib2 = ino(&b);
+    assert_ne!(ib2, ib, "if-changed: another mtime, replaced");
+    std::fs::File::options()
+        .write(true)
+        .open(&b)
+        .unwrap()
+        .set_modified(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap();
+    let j = r.restore(&["--overwrite", "if-different"]);
+    assert_eq!(read(&a), "alpha", "content differs: replaced");
+    assert_eq!(ino(&b), ib2, "same content: left as it was");
+    assert_eq!(j["skipped"], 4, "{j}");
+}
+
 #[test]
 fn delete_makes_the_target_equal_and_never_follows_a_link() {
     let r = Rig::new("ro-del");

@@ -172,6 +172,7 @@ pub async fn restore(args: &RestoreArgs, ctx: &mut Ctx) -> Result<()> {
         overwrite: match args.overwrite {
             OverwriteArg::Always => Overwrite::Always,
             OverwriteArg::IfChanged => Overwrite::IfChanged,
+            OverwriteArg::IfDifferent => Overwrite::IfDifferent,
             OverwriteArg::Never => Overwrite::Never,
         },
         delete: args.delete,

@@ -152,6 +152,7 @@ async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
         backup: a.backup.clone(),
         action: a.target_action.clone(),
         restore_command: restore_command.clone(),
+        delta: a.delta,
     };
     let res = ferry_pg::restore::restore(repo.clone(), &opts, progress.clone()).await;
     progress.finish();
@@ -161,7 +162,7 @@ async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
         println!(
             "{}",
             serde_json::json!({"backup": r.id, "to": opts.to, "files": r.files, "bytes": r.bytes,
-                "target": target.describe(), "restore_command": restore_command,
+                "kept": r.kept, "removed": r.removed, "target": target.describe(), "restore_command": restore_command,
                 "warnings": r.warnings, "seconds": secs})
         );
     } else {
@@ -174,6 +175,12 @@ async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
             r.files,
             mb(r.bytes),
         );
+        if a.delta {
+            eprintln!(
+                "delta: {} files already right were kept, {} entries the backup does not hold removed",
+                r.kept, r.removed
+            );
+        }
         eprintln!(
             "start PostgreSQL on it to recover to {} ({} at the target); WAL comes from: {restore_command}",
             target.describe(),
