@@ -7,6 +7,11 @@
 //!
 //! The wait is ours, not pg_backup_stop's: PostgreSQL checks its archiver once a second, and
 //! only the repository says whether the segment is stored where a restore will look.
+//!
+//! From a standby (files read there, so that the primary carries no read load): the same
+//! calls on the standby, which PostgreSQL allows for non-exclusive backups; then the primary
+//! (`primary_conninfo`) switches WAL, since a standby archives nothing and cannot switch,
+//! and ferry waits for the backup's last segment from the primary's archiver.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -22,6 +27,7 @@ use crate::conn::{connect, pg_message};
 use crate::layout::{BadPages, PgLayout};
 use crate::lsn::Lsn;
 use crate::record::{self, PgBackup};
+use ferry_wal::WalName;
 
 /// What to back up and how.
 pub struct BackupOptions {
@@ -33,6 +39,8 @@ pub struct BackupOptions {
     pub block: u32,
     /// Read every file, trusting nothing from the previous backup.
     pub full: bool,
+    /// When `conninfo` reaches a standby: its primary, asked to switch WAL at the end.
+    pub primary_conninfo: Option<String>,
 }
 
 /// A finished backup.
@@ -79,7 +87,7 @@ struct BackupApi {
     /// Starts a backup labelled `$1` with a fast checkpoint; answers the start LSN as text.
     start: &'static str,
     /// Stops it without waiting for the archiver (ferry waits on its own archive instead):
-    /// the stop LSN as text, the label file, the tablespace map, the stop LSN's segment.
+    /// the stop LSN as text, the label file, the tablespace map.
     stop: &'static str,
 }
 
@@ -88,14 +96,12 @@ impl BackupApi {
         if version >= 150000 {
             BackupApi {
                 start: "SELECT pg_backup_start($1, true)::text",
-                stop: "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn) \
-                       FROM pg_backup_stop(false)",
+                stop: "SELECT lsn::text, labelfile, spcmapfile FROM pg_backup_stop(false)",
             }
         } else {
             BackupApi {
                 start: "SELECT pg_start_backup($1, true, false)::text",
-                stop: "SELECT lsn::text, labelfile, spcmapfile, pg_walfile_name(lsn) \
-                       FROM pg_stop_backup(false, false)",
+                stop: "SELECT lsn::text, labelfile, spcmapfile FROM pg_stop_backup(false, false)",
             }
         }
     }
@@ -158,6 +164,54 @@ pub(crate) async fn wait_archived(
     }
 }
 
+/// The primary `conninfo` reaches, for the standby `standby`: a primary, of the same
+/// cluster.
+async fn primary_of(standby: &Client, conninfo: &str) -> Result<Client> {
+    let p = connect(conninfo).await?;
+    let q = "SELECT pg_is_in_recovery(), (SELECT system_identifier::text FROM pg_control_system())";
+    let (r, s) = tokio::try_join!(p.query_one(q, &[]), standby.query_one(q, &[]))
+        .map_err(db("describe the primary"))?;
+    if r.get::<_, bool>(0) {
+        return Err(Error::Invalid(
+            "--primary-conninfo reaches a standby too: give the primary".into(),
+        ));
+    }
+    if r.get::<_, String>(1) != s.get::<_, String>(1) {
+        return Err(Error::Invalid(
+            "--primary-conninfo reaches another cluster than the standby's (system identifiers \
+             differ)"
+                .into(),
+        ));
+    }
+    Ok(p)
+}
+
+/// Refuses `data_dir` unless the server `c` reaches runs on it: its `postmaster.pid` names
+/// the server's start time. A `PGDATA` left pointing at the primary while `--conninfo`
+/// reaches a standby (or at another cluster of the same host) would back up the wrong files
+/// under the right label.
+async fn same_server(c: &Client, data_dir: &std::path::Path) -> Result<()> {
+    let r = c
+        .query_one(
+            "SELECT extract(epoch from pg_postmaster_start_time())::int8::text",
+            &[],
+        )
+        .await
+        .map_err(db("read its start time"))?;
+    let started: String = r.get(0);
+    let pid_file = data_dir.join("postmaster.pid");
+    let text = std::fs::read_to_string(&pid_file).map_err(|e| Error::io(pid_file.display(), e))?;
+    // Line 3 of postmaster.pid: the start time, seconds since the epoch.
+    if text.lines().nth(2).map(str::trim) != Some(started.as_str()) {
+        return Err(Error::Invalid(format!(
+            "{} is not the data directory of the server --conninfo reaches (its postmaster.pid \
+             is another server's): give --pgdata (or PGDATA) for that server",
+            data_dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Backs up the cluster `opts.conninfo` reaches into `repo`, holding a shared lock.
 pub async fn backup(
     repo: Arc<Repo>, opts: &BackupOptions, progress: Arc<dyn BackupProgress>,
@@ -184,11 +238,17 @@ async fn backup_locked(
     let (standby, version, archive_mode, seg_size, tablespaces): (bool, i32, String, i64, i64) =
         (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
     let checksums: bool = r.get(5);
-    if standby {
-        return Err(Error::Invalid(
-            "the server is a standby: ferry pg backup backs up a primary".into(),
-        ));
-    }
+    let primary = match (standby, &opts.primary_conninfo) {
+        (false, _) => None,
+        (true, Some(p)) => Some(primary_of(&c, p).await?),
+        (true, None) => {
+            return Err(Error::Invalid(
+                "the server is a standby: give --primary-conninfo too; ferry asks the primary \
+                 to switch WAL (a standby cannot), so that the backup's last segment gets archived"
+                    .into(),
+            ))
+        }
+    };
     if version < 130000 {
         return Err(Error::Invalid(format!(
             "PostgreSQL {version} is older than 13, which ferry pg backup needs"
@@ -218,16 +278,17 @@ async fn backup_locked(
     let start_lsn: Lsn = r.get::<_, String>(0).parse().map_err(Error::Permanent)?;
     let r = c
         .query_one(
-            "SELECT pg_walfile_name($1::text::pg_lsn), \
-             (SELECT timeline_id FROM pg_control_checkpoint()), \
+            "SELECT (SELECT timeline_id FROM pg_control_checkpoint()), \
              (SELECT system_identifier::text FROM pg_control_system()), \
              current_setting('data_directory')",
-            &[&start_lsn.to_string()],
+            &[],
         )
         .await
         .map_err(db("describe the backup's start"))?;
-    let (start_wal, timeline, system_id, server_dir): (String, i32, String, String) =
-        (r.get(0), r.get(1), r.get(2), r.get(3));
+    let (timeline, system_id, server_dir): (i32, String, String) = (r.get(0), r.get(1), r.get(2));
+    let seg = seg_size as u64;
+    // Named here: pg_walfile_name cannot run on a standby.
+    let start_wal = WalName::segment(timeline as u32, start_lsn.segno(seg), seg).to_string();
     let data_dir = opts.pgdata.clone().unwrap_or_else(|| server_dir.into());
     let meta = std::fs::metadata(&data_dir).map_err(|e| Error::io(data_dir.display(), e))?;
     if !data_dir.join("PG_VERSION").exists() {
@@ -236,6 +297,7 @@ async fn backup_locked(
             data_dir.display()
         )));
     }
+    same_server(&c, &data_dir).await?;
 
     let snaps = repo.snapshots().await?;
     let parent = record::backups(snaps)
@@ -267,8 +329,21 @@ async fn backup_locked(
         .await
         .map_err(db("stop the backup"))?;
     let stop_lsn: Lsn = r.get::<_, String>(0).parse().map_err(Error::Permanent)?;
-    let stop_wal: String = r.get(3);
-    wait_archived(&c, &repo, &stop_wal, ARCHIVE_WAIT).await?;
+    // The segment holding the last byte before the stop point (on a primary, the stop point
+    // is where pg_backup_stop switched WAL: a segment's start).
+    let last = Lsn(stop_lsn.0.saturating_sub(1)).segno(seg);
+    let stop_wal = WalName::segment(timeline as u32, last, seg).to_string();
+    // A standby archives nothing: the primary completes the segment and archives it.
+    let archiver = match &primary {
+        Some(p) => {
+            p.query_one("SELECT pg_switch_wal()", &[])
+                .await
+                .map_err(db("switch WAL on the primary"))?;
+            p
+        }
+        None => &c,
+    };
+    wait_archived(archiver, &repo, &stop_wal, ARCHIVE_WAIT).await?;
     let spcmap: Option<String> = r.get(2);
     let record = PgBackup {
         system_id,

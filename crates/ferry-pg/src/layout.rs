@@ -181,6 +181,13 @@ impl Policy for PgLayout {
         }
     }
 
+    fn last(&self, path: &Path) -> bool {
+        // pg_control after every other file: from a standby, its minimum recovery point is
+        // where the restored copy becomes consistent, and must lie after every page read.
+        let rel = path.strip_prefix(&self.root).ok();
+        rel.is_some_and(|r| r == Path::new("global") || r == Path::new("global/pg_control"))
+    }
+
     fn inspect(&self, path: &Path, offset: u64, block: &[u8]) {
         let Some((start, bad)) = &self.checksums else {
             return;

@@ -696,10 +696,18 @@ impl Archiver {
             let trust_before = me.trust_before.load(Ordering::Relaxed);
             let small_max = u64::from(me.repo.config.chunk_min);
             let mut work: Vec<BoxFuture<'static, Vec<Option<Node>>>> = Vec::new();
+            let mut last: Vec<BoxFuture<'static, Option<Node>>> = Vec::new();
             let mut run: Vec<(PathBuf, Node)> = Vec::new();
             let mut run_bytes = 0u64;
             for (name, node, empty) in entries {
                 let old = find(&name);
+                if me.policy.last(&path.join(&name)) {
+                    last.push(match empty {
+                        true => me.save_empty_dir(node),
+                        false => me.save_node(path.join(&name), node, old),
+                    });
+                    continue;
+                }
                 let small = match &node {
                     Ok(n) => {
                         n.kind == NodeKind::File
@@ -731,12 +739,19 @@ impl Archiver {
             if !run.is_empty() {
                 work.push(me.save_small(run));
             }
-            let nodes: Vec<Node> = futures::stream::iter(work)
+            let mut nodes: Vec<Node> = futures::stream::iter(work)
                 .buffered(FILES_AT_ONCE * 2)
                 .flat_map(futures::stream::iter)
                 .filter_map(|n| async move { n })
                 .collect()
                 .await;
+            // What the policy wants read last, one after another, once the rest is done.
+            if !last.is_empty() {
+                for f in last {
+                    nodes.extend(f.await);
+                }
+                nodes.sort_by_key(|n| n.name_bytes());
+            }
             // Both lists are sorted by name: equal entries encode to the same tree, so an
             // unchanged directory keeps its id without being encoded and hashed again.
             match old_id {

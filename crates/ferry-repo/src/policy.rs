@@ -38,6 +38,13 @@ pub trait Policy: Send + Sync {
     fn chunking(&self, _path: &Path) -> Chunking {
         Chunking::ContentDefined
     }
+    /// Whether the entry at `path` is saved after every other entry of its directory (one
+    /// such entry after another). A file whose directory is also `last` in its own, and so on
+    /// up to the root, is read after everything else: PostgreSQL's `global/pg_control`, whose
+    /// minimum recovery point must cover every page copied from a standby.
+    fn last(&self, _path: &Path) -> bool {
+        false
+    }
     /// Sees each block of a file cut in [`Chunking::Fixed`] blocks as it is read, at its
     /// offset, before it is stored: for checks of the content (PostgreSQL's page checksums).
     /// Blocks of one file may come from several threads, in any order.

@@ -714,6 +714,10 @@ pub struct PgBackupArgs {
     /// Read every file, even those proven unchanged since the previous backup.
     #[arg(long)]
     pub full: bool,
+    /// When --conninfo reaches a standby (files are then read there): its primary, which
+    /// ferry asks to switch WAL at the end of the backup.
+    #[arg(long, env = "FERRY_PG_PRIMARY_CONNINFO")]
+    pub primary_conninfo: Option<String>,
     /// Block size relation files are cut into (a multiple of 8KiB).
     #[arg(long, default_value = "64KiB")]
     pub block: String,

@@ -968,3 +968,71 @@ fn delta_restore_rewrites_only_what_differs_and_recovers() {
     pg.wait_recovery_done(T).unwrap();
     assert_eq!(ids(&pg), "1,2,3,4");
 }
+
+/// A backup read from a streaming standby (the primary only switches WAL) restores to a
+/// point in time; without the primary's connection it is refused in one line.
+#[test]
+fn backup_from_a_standby_restores_to_a_point_in_time() {
+    let Some(rig) = rig() else { return };
+    for id in 1..=3 {
+        insert(&rig, id);
+    }
+    let primary = rig.pg.conninfo();
+    let standby = PgCluster::from_base_backup(
+        &rig.pg,
+        &[
+            &format!("primary_conninfo = '{primary}'"),
+            "hot_standby = on",
+        ],
+    );
+    standby.standby_signal();
+    standby.start();
+    let start = Instant::now();
+    while standby.try_sql("select count(*) from k").as_deref() != Ok("3") {
+        assert!(
+            start.elapsed() < T,
+            "the standby did not catch up:\n{}",
+            tail(&standby.log())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let conn = standby.conninfo();
+    let o = rig.ferry(&["pg", "backup", "--conninfo", &conn], &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--primary-conninfo"), "{}", stderr(&o));
+
+    // PGDATA (the rig's) still names the primary: the standby's files are asked for.
+    let args = ["--json", "pg", "backup", "--conninfo", &conn];
+    let o = rig.ferry(
+        &[&args[..], &["--primary-conninfo", &primary]].concat(),
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("another server's"), "{}", stderr(&o));
+    let d = standby.data_dir().display().to_string();
+    let args = ["--json", "pg", "backup", "--conninfo", &conn, "-D", &d];
+    let b = ok_json(
+        &rig.ferry(
+            &[&args[..], &["--primary-conninfo", &primary]].concat(),
+            &[],
+        ),
+        "pg backup from the standby",
+    );
+    assert_eq!(
+        b["record"]["data_dir"],
+        standby.data_dir().display().to_string(),
+        "{b}"
+    );
+    let label = b["record"]["label"].as_str().unwrap();
+    assert!(label.contains("BACKUP FROM: standby"), "{label}");
+    insert(&rig, 4);
+    let t4 = now(&rig);
+    insert(&rig, 5);
+    rig.settle();
+    let (out, to) = restore(&rig, "from-standby", &["--target-time", &t4]);
+    assert!(out.status.success(), "restore: {}", stderr(&out));
+    let pg = start_restored(&rig, &to);
+    pg.wait_recovery_done(T)
+        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&pg.log())));
+    assert_eq!(ids(&pg), "1,2,3,4");
+}

@@ -50,6 +50,7 @@ async fn backup(a: &PgBackupArgs, ctx: &mut Ctx) -> Result<()> {
         pgdata: a.pgdata.clone(),
         block: block as u32,
         full: a.full,
+        primary_conninfo: a.primary_conninfo.clone(),
     };
     let res = ferry_pg::backup::backup(repo.clone(), &opts, progress.clone()).await;
     progress.finish();
