@@ -186,23 +186,29 @@ async fn primary_of(standby: &Client, conninfo: &str) -> Result<Client> {
     Ok(p)
 }
 
-/// Refuses `data_dir` unless the server `c` reaches runs on it: its `postmaster.pid` names
-/// the server's start time. A `PGDATA` left pointing at the primary while `--conninfo`
-/// reaches a standby (or at another cluster of the same host) would back up the wrong files
-/// under the right label.
+/// Refuses `data_dir` unless the server `c` reaches runs on it: its `postmaster.pid` must
+/// name the server's port and start time (to the second: the file keeps whole seconds, the
+/// server a timestamp taken a moment apart). A `PGDATA` left pointing at the primary while
+/// `--conninfo` reaches a standby (or at another cluster of the host) would back up the wrong
+/// files under the right label.
 async fn same_server(c: &Client, data_dir: &std::path::Path) -> Result<()> {
     let r = c
         .query_one(
-            "SELECT extract(epoch from pg_postmaster_start_time())::int8::text",
+            "SELECT extract(epoch from pg_postmaster_start_time())::float8, \
+             current_setting('port')",
             &[],
         )
         .await
         .map_err(db("read its start time"))?;
-    let started: String = r.get(0);
+    let (started, port): (f64, String) = (r.get(0), r.get(1));
     let pid_file = data_dir.join("postmaster.pid");
     let text = std::fs::read_to_string(&pid_file).map_err(|e| Error::io(pid_file.display(), e))?;
-    // Line 3 of postmaster.pid: the start time, seconds since the epoch.
-    if text.lines().nth(2).map(str::trim) != Some(started.as_str()) {
+    // postmaster.pid: PID, data directory, start time (seconds since the epoch), port, ...
+    let mut lines = text.lines().skip(2).map(str::trim);
+    let file_started = lines.next().and_then(|l| l.parse::<f64>().ok());
+    let same = file_started.is_some_and(|t| (t - started).abs() <= 2.0)
+        && lines.next() == Some(port.as_str());
+    if !same {
         return Err(Error::Invalid(format!(
             "{} is not the data directory of the server --conninfo reaches (its postmaster.pid \
              is another server's): give --pgdata (or PGDATA) for that server",
