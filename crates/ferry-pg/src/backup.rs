@@ -26,7 +26,7 @@ use tokio_postgres::Client;
 use crate::conn::{connect, pg_message};
 use crate::layout::{BadPages, PgLayout};
 use crate::lsn::Lsn;
-use crate::record::{self, PgBackup};
+use crate::record::{self, PgBackup, Tablespace};
 use ferry_wal::WalName;
 
 /// What to back up and how.
@@ -218,6 +218,25 @@ async fn same_server(c: &Client, data_dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// The cluster's tablespaces but the built-in two.
+async fn list_tablespaces(c: &Client) -> Result<Vec<Tablespace>> {
+    let rows = c
+        .query(
+            "SELECT oid::int8, pg_tablespace_location(oid) FROM pg_tablespace \
+             WHERE spcname NOT IN ('pg_default', 'pg_global') ORDER BY oid",
+            &[],
+        )
+        .await
+        .map_err(db("list its tablespaces"))?;
+    Ok(rows
+        .iter()
+        .map(|r| Tablespace {
+            oid: r.get::<_, i64>(0) as u32,
+            location: r.get(1),
+        })
+        .collect())
+}
+
 /// Backs up the cluster `opts.conninfo` reaches into `repo`, holding a shared lock.
 pub async fn backup(
     repo: Arc<Repo>, opts: &BackupOptions, progress: Arc<dyn BackupProgress>,
@@ -268,13 +287,11 @@ async fn backup_locked(
                 .into(),
         ));
     }
-    if tablespaces > 0 {
-        return Err(Error::Invalid(
-            "the cluster has tablespaces outside its data directory, which ferry pg backup \
-             does not back up yet"
-                .into(),
-        ));
-    }
+    let tablespaces = if tablespaces > 0 {
+        list_tablespaces(&c).await?
+    } else {
+        Vec::new()
+    };
     let label = format!("ferry {}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"));
     let start_time = now_us(&c).await?;
     let r = c
@@ -368,6 +385,7 @@ async fn backup_locked(
         owner: (meta.uid(), meta.gid()),
         mode: meta.mode() & 0o7777,
         block_size: opts.block,
+        tablespaces,
     };
     let out = arch
         .commit(

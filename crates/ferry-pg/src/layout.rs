@@ -158,9 +158,15 @@ impl PgLayout {
 
 impl Policy for PgLayout {
     fn pick(&self, path: &Path, _node: &Node) -> Pick {
-        match self.takes(path) {
-            true => Pick::Take,
-            false => Pick::Skip,
+        if !self.takes(path) {
+            return Pick::Skip;
+        }
+        // pg_tblspc/OID links to a tablespace: its files are backed up there, as pg_basebackup
+        // does; the restore puts them back where tablespace_map says.
+        let rel = path.strip_prefix(&self.root).ok();
+        match rel.map(|r| r.iter().collect::<Vec<_>>()).as_deref() {
+            Some([top, _]) if *top == "pg_tblspc" => Pick::Follow,
+            _ => Pick::Take,
         }
     }
 

@@ -44,6 +44,19 @@ pub struct PgBackup {
     pub mode: u32,
     /// Block size relation files were cut into.
     pub block_size: u32,
+    /// Tablespaces outside the data directory: their files are in the snapshot under
+    /// `pg_tblspc/OID`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tablespaces: Vec<Tablespace>,
+}
+
+/// A tablespace a backup holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tablespace {
+    /// Its OID: the name of its link in `pg_tblspc`.
+    pub oid: u32,
+    /// Where it was (`pg_tablespace_location`).
+    pub location: String,
 }
 
 impl PgBackup {

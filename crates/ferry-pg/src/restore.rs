@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ferry_repo::archiver::BackupProgress;
-use ferry_repo::restorer::Overwrite;
+use ferry_repo::restorer::{Overwrite, Select};
 use ferry_repo::{Id, Repo, Snapshot};
 use ferry_transfer::{Error, Result};
 
-use crate::record::{backups, PgBackup};
+use crate::record::{backups, PgBackup, Tablespace};
 use crate::target::Target;
 use crate::walview::WalView;
 
@@ -32,6 +32,8 @@ pub struct RestoreOptions {
     /// Into an existing data directory, keeping the files that hold the backup's content
     /// and rewriting or removing the rest (pgBackRest's `--delta`).
     pub delta: bool,
+    /// Tablespaces put elsewhere than where they were: OID and directory.
+    pub tablespace_map: Vec<(u32, PathBuf)>,
 }
 
 /// What was restored.
@@ -232,12 +234,13 @@ pub async fn restore(
         )));
     }
     let (id, snap, b) = choose(&repo, opts).await?;
+    let spaces = tablespace_places(&b, opts)?;
     let warnings = check_wal(&repo, &b, &opts.target).await?;
     let existed = opts.to.exists();
     let done = async {
         // Private (0700) before any content; its mode is set last.
         ferry_fs::Dir::create_root(&opts.to).map_err(|e| Error::io(opts.to.display(), e))?;
-        let how = ferry_repo::restorer::Options {
+        let mut how = ferry_repo::restorer::Options {
             overwrite: if opts.delta {
                 Overwrite::IfDifferent
             } else {
@@ -246,15 +249,38 @@ pub async fn restore(
             delete: opts.delta,
             ..Default::default()
         };
-        let r =
-            ferry_repo::restorer::restore(repo.clone(), &snap, &opts.to, &how, progress).await?;
+        if !spaces.is_empty() {
+            // Tablespaces go to their own places; PostgreSQL makes the links from
+            // tablespace_map when it starts.
+            how.select = Select::new(&[], &["/pg_tblspc/*".to_string()])?;
+        }
+        let mut r =
+            ferry_repo::restorer::restore(repo.clone(), &snap, &opts.to, &how, progress.clone())
+                .await?;
+        for (t, dest) in &spaces {
+            let tree = tablespace_tree(&repo, &snap, t.oid).await?;
+            let sub = Snapshot {
+                tree,
+                ..snap.clone()
+            };
+            let dir = ferry_fs::Dir::create_root(dest).map_err(|e| Error::io(dest.display(), e))?;
+            let one = ferry_repo::restorer::Options::default();
+            let got =
+                ferry_repo::restorer::restore(repo.clone(), &sub, dest, &one, progress.clone())
+                    .await?;
+            dir.set_mode(0o700, Some(b.owner))
+                .map_err(|e| Error::io(dest.display(), e))?;
+            r.files += got.files;
+            r.bytes += got.bytes;
+            r.errors.extend(got.errors);
+        }
         if let Some(e) = r.errors.first() {
             return Err(Error::Checksum(format!(
                 "{} files could not be restored, first: {e}",
                 r.errors.len()
             )));
         }
-        configure(&opts.to, &b, opts, id)?;
+        configure(&opts.to, &b, opts, id, &spaces)?;
         Ok(r)
     }
     .await;
@@ -285,19 +311,111 @@ pub async fn restore(
             } else {
                 let _ = std::fs::remove_dir_all(&opts.to);
             }
+            // Tablespace directories were checked empty or absent: made so again.
+            for (_, dest) in &spaces {
+                if let Ok(d) = std::fs::read_dir(dest) {
+                    for e in d.flatten() {
+                        let _ = std::fs::remove_dir_all(e.path())
+                            .or_else(|_| std::fs::remove_file(e.path()));
+                    }
+                }
+            }
             Err(e)
         }
     }
 }
 
+/// Where each tablespace of `b` goes: `--tablespace-map` or where it was. Each place must be
+/// an absolute path, absent or empty, outside the data directory, and named once; a remap
+/// must name a tablespace of the backup.
+fn tablespace_places(b: &PgBackup, opts: &RestoreOptions) -> Result<Vec<(Tablespace, PathBuf)>> {
+    for (oid, _) in &opts.tablespace_map {
+        if !b.tablespaces.iter().any(|t| t.oid == *oid) {
+            return Err(Error::Invalid(format!(
+                "--tablespace-map {oid}: the backup has no tablespace {oid} (it has: {})",
+                b.tablespaces
+                    .iter()
+                    .map(|t| t.oid.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    if opts.delta && !b.tablespaces.is_empty() {
+        return Err(Error::Invalid(
+            "--delta over a cluster with tablespaces is not supported yet: restore into an \
+             empty directory"
+                .into(),
+        ));
+    }
+    let mut out: Vec<(Tablespace, PathBuf)> = Vec::new();
+    for t in &b.tablespaces {
+        let dest = opts
+            .tablespace_map
+            .iter()
+            .find(|(oid, _)| *oid == t.oid)
+            .map_or_else(|| PathBuf::from(&t.location), |(_, d)| d.clone());
+        let shown = dest.display().to_string();
+        if !dest.is_absolute() || shown.contains('\n') {
+            return Err(Error::Invalid(format!(
+                "tablespace {}: {shown:?} is not an absolute path (give --tablespace-map {}=DIR)",
+                t.oid, t.oid
+            )));
+        }
+        if dest.starts_with(&opts.to) || out.iter().any(|(_, d)| d == &dest) {
+            return Err(Error::Invalid(format!(
+                "tablespace {}: {shown} is inside the data directory or another tablespace's place",
+                t.oid
+            )));
+        }
+        if !is_empty_dir(&dest)? {
+            return Err(Error::AlreadyExists(format!(
+                "tablespace {}: {shown} is not empty (give --tablespace-map {}=DIR to put it \
+                 elsewhere)",
+                t.oid, t.oid
+            )));
+        }
+        out.push((t.clone(), dest));
+    }
+    Ok(out)
+}
+
+/// The tree of tablespace `oid` in `snap`: `pg_tblspc/OID`.
+async fn tablespace_tree(repo: &Repo, snap: &Snapshot, oid: u32) -> Result<Id> {
+    let (index, _) = repo.index().await?;
+    let sub = |tree: ferry_repo::tree::Tree, name: &str| {
+        tree.nodes
+            .into_iter()
+            .find(|n| n.name == name && n.kind == ferry_repo::tree::NodeKind::Dir)
+            .and_then(|n| n.subtree)
+            .ok_or_else(|| {
+                Error::Checksum(format!(
+                    "the backup's snapshot has no directory {name} for tablespace {oid}"
+                ))
+            })
+    };
+    let root = ferry_repo::load_tree(repo, &index, &snap.tree).await?;
+    let links = ferry_repo::load_tree(repo, &index, &sub(root, "pg_tblspc")?).await?;
+    sub(links, &oid.to_string())
+}
+
 /// The label, the signal file and the recovery settings.
-fn configure(to: &Path, b: &PgBackup, opts: &RestoreOptions, id: Id) -> Result<()> {
+fn configure(
+    to: &Path, b: &PgBackup, opts: &RestoreOptions, id: Id, spaces: &[(Tablespace, PathBuf)],
+) -> Result<()> {
     let c = Conf {
         dir: ferry_fs::Dir::open_root(to).map_err(|e| Error::io(to.display(), e))?,
         owner: b.owner,
     };
     c.write("backup_label", b.label.as_bytes())?;
-    if let Some(map) = &b.tablespace_map {
+    if !spaces.is_empty() {
+        // "OID PATH" per line, which PostgreSQL turns into pg_tblspc links at start.
+        let map: String = spaces
+            .iter()
+            .map(|(t, dest)| format!("{} {}\n", t.oid, dest.display()))
+            .collect();
+        c.write("tablespace_map", map.as_bytes())?;
+    } else if let Some(map) = &b.tablespace_map {
         c.write("tablespace_map", map.as_bytes())?;
     }
     c.write("recovery.signal", b"")?;

@@ -150,6 +150,7 @@ fn record(dir: &Path, start: u64, stop: u64, stop_time: i64) -> PgBackup {
         owner: (m.uid(), m.gid()),
         mode: m.mode() & 0o7777,
         block_size: BLOCK,
+        tablespaces: Vec::new(),
     }
 }
 
@@ -183,6 +184,7 @@ fn options(to: &Path, target: Target) -> RestoreOptions {
         action: "promote".into(),
         restore_command: "ferry wal-fetch --repo '/srv/backups' %f %p".into(),
         delta: false,
+        tablespace_map: Vec::new(),
     }
 }
 
@@ -478,6 +480,55 @@ async fn restore_refuses_missing_wal_and_cleans_up_after_damage() {
         stray.join("PG_VERSION").exists(),
         "a delta removes nothing on failure"
     );
+}
+
+/// A backup's tablespace places are checked before anything is written: a relative one, one
+/// that is not empty, one inside the data directory, and a remap of a tablespace the backup
+/// does not have are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tablespace_places_are_checked_first() {
+    let scratch = Scratch::new();
+    let pgdata = scratch.0.join("pgdata");
+    data_dir(&pgdata);
+    let (_store, repo) = new_repo().await;
+    let to = scratch.0.join("to");
+    let busy = scratch.0.join("busy");
+    std::fs::create_dir(&busy).unwrap();
+    std::fs::write(busy.join("x"), b"mine").unwrap();
+    let inside = to.join("inside");
+    // A tablespace's recorded location, the restore's remaps, and why it is refused.
+    type Case<'a> = (&'a str, Vec<(u32, PathBuf)>, &'a str);
+    let cases: [Case; 4] = [
+        ("relative/space", vec![], "not an absolute path"),
+        (busy.to_str().unwrap(), vec![], "is not empty"),
+        (
+            inside.to_str().unwrap(),
+            vec![],
+            "inside the data directory",
+        ),
+        (
+            "/elsewhere",
+            vec![(99, scratch.0.join("m"))],
+            "no tablespace 99",
+        ),
+    ];
+    for (i, (location, map, why)) in cases.into_iter().enumerate() {
+        let mut rec = record(&pgdata, 2 + 2 * i as u64, 2 + 2 * i as u64, now_us());
+        rec.tablespaces = vec![ferry_pg::record::Tablespace {
+            oid: 16400,
+            location: location.into(),
+        }];
+        let id = pg_backup(&repo, &pgdata, &rec).await;
+        let opts = RestoreOptions {
+            backup: Some(id.hex()),
+            tablespace_map: map,
+            ..options(&to, Target::Latest)
+        };
+        let e = restore_refused(&repo, &opts).await;
+        assert!(e.to_string().contains(why), "{location}: {e:?}");
+        assert!(!to.exists(), "{location}: something was written");
+        assert_eq!(std::fs::read(busy.join("x")).unwrap(), b"mine");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -628,6 +628,14 @@ impl Archiver {
             match pick {
                 Pick::Take => kept.push((name, node, false)),
                 Pick::Empty => kept.push((name, node, true)),
+                Pick::Follow => {
+                    let p = path.join(&name);
+                    let node = match fs::metadata(&p) {
+                        Ok(m) if m.is_dir() => walk::node_of(&m, &p, &name),
+                        _ => node,
+                    };
+                    kept.push((name, node, false));
+                }
                 Pick::Skip => {
                     excluded += 1;
                     bytes += node.as_ref().map_or(0, |n| n.size);

@@ -26,6 +26,9 @@ pub enum Pick {
     /// A directory kept as an empty one: a mount point under `--one-file-system`, so that
     /// a restore has a place to mount on.
     Empty,
+    /// A symlink to a directory, backed up as that directory (PostgreSQL's `pg_tblspc`
+    /// links to tablespaces); anything else there is taken as it is.
+    Follow,
 }
 
 /// Per-path choices of one backup. Paths are absolute, as the archiver walks them.

@@ -751,6 +751,9 @@ pub struct PgRestoreArgs {
     /// are kept, the others rewritten, and what the backup does not hold is removed.
     #[arg(long)]
     pub delta: bool,
+    /// Put tablespace OID in DIR instead of where it was (absent or empty). Repeatable.
+    #[arg(long, value_name = "OID=DIR")]
+    pub tablespace_map: Vec<String>,
 }
 
 /// `ferry pg expire`.

@@ -1036,3 +1036,81 @@ fn backup_from_a_standby_restores_to_a_point_in_time() {
         .unwrap_or_else(|e| panic!("{e}\n{}", tail(&pg.log())));
     assert_eq!(ids(&pg), "1,2,3,4");
 }
+
+/// A cluster with two tablespaces: restored with both moved (`--tablespace-map`), and in
+/// place once the original directories are empty; refused while they are not.
+#[test]
+fn tablespaces_are_restored_in_place_and_remapped() {
+    let Some(rig) = rig() else { return };
+    let (s1, s2) = (rig.pg.make_dir("space1"), rig.pg.make_dir("space2"));
+    rig.pg.sql(&format!(
+        "create tablespace one location '{}'; create tablespace two location '{}'",
+        s1.display(),
+        s2.display()
+    ));
+    rig.pg.sql(
+        "create table a tablespace one as select generate_series(1, 1000) i; \
+         create table b tablespace two as select generate_series(1, 2000) i",
+    );
+    let b = backup(&rig, &[]);
+    let spaces = b["record"]["tablespaces"].as_array().unwrap().clone();
+    assert_eq!(spaces.len(), 2, "{b}");
+    let oid = |loc: &Path| {
+        spaces
+            .iter()
+            .find(|t| t["location"] == loc.display().to_string())
+            .unwrap_or_else(|| panic!("{loc:?} not in {spaces:?}"))["oid"]
+            .to_string()
+    };
+    let (o1, o2) = (oid(&s1), oid(&s2));
+    // After the backup: reaches the copies through the WAL.
+    rig.pg.sql("insert into a values (1001)");
+    rig.settle();
+    let check = |pg: &PgCluster, one: &Path| {
+        assert_eq!(pg.sql("select count(*) from a"), "1001");
+        assert_eq!(pg.sql("select count(*) from b"), "2000");
+        assert_eq!(
+            pg.sql("select pg_tablespace_location(oid) from pg_tablespace where spcname = 'one'"),
+            one.display().to_string()
+        );
+    };
+
+    let (out, to) = restore(&rig, "refused", &[]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--tablespace-map"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0);
+
+    let (m1, m2) = (rig.pg.make_dir("moved1"), rig.pg.make_dir("moved2"));
+    let map1 = format!("{o1}={}", m1.display());
+    let map2 = format!("{o2}={}", m2.display());
+    let (out, to) = restore(
+        &rig,
+        "remapped",
+        &["--tablespace-map", &map1, "--tablespace-map", &map2],
+    );
+    assert!(out.status.success(), "restore: {}", stderr(&out));
+    let pg = start_restored(&rig, &to);
+    pg.wait_recovery_done(T)
+        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&pg.log())));
+    check(&pg, &m1);
+    drop(pg);
+
+    // In place: the primary stopped, its tablespace directories emptied.
+    rig.pg.stop();
+    for s in [&s1, &s2] {
+        let old = s.with_extension("old");
+        std::fs::rename(s, &old).unwrap();
+        std::fs::create_dir(s).unwrap();
+        rig.pg.chown_to_pg(s);
+    }
+    let (out, to) = restore(&rig, "in-place", &[]);
+    assert!(out.status.success(), "restore: {}", stderr(&out));
+    let pg = start_restored(&rig, &to);
+    pg.wait_recovery_done(T)
+        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&pg.log())));
+    check(&pg, &s1);
+}

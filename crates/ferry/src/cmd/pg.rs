@@ -98,6 +98,20 @@ async fn backup(a: &PgBackupArgs, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// `--tablespace-map OID=DIR`; the directory made absolute.
+fn tablespace_map(m: &str) -> Result<(u32, std::path::PathBuf)> {
+    let Some((oid, dir)) = m.split_once('=') else {
+        bail!("--tablespace-map '{m}': OID=DIR");
+    };
+    let oid = oid
+        .parse()
+        .with_context(|| format!("--tablespace-map '{m}': OID is a number"))?;
+    if dir.is_empty() {
+        bail!("--tablespace-map '{m}': no directory");
+    }
+    Ok((oid, std::path::absolute(dir)?))
+}
+
 fn target(a: &PgRestoreArgs) -> Result<Target> {
     Ok(if let Some(t) = &a.target_time {
         Target::Time(ferry_pg::target::parse_time(t)?, t.clone())
@@ -154,6 +168,11 @@ async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
         action: a.target_action.clone(),
         restore_command: restore_command.clone(),
         delta: a.delta,
+        tablespace_map: a
+            .tablespace_map
+            .iter()
+            .map(|m| tablespace_map(m))
+            .collect::<Result<_>>()?,
     };
     let res = ferry_pg::restore::restore(repo.clone(), &opts, progress.clone()).await;
     progress.finish();
