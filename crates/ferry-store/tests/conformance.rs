@@ -90,7 +90,7 @@ async fn gcs_composes_more_blocks_than_one_request_takes() {
         return;
     };
     let (store, _) = ferry_testkit::gcs_bucket(&cfg).await;
-    // 70 blocks: three rounds of compose (32 + 32 + 6, then the three).
+    // 71 blocks: three objects in the first compose round (32 + 32 + 7), then the target.
     let data = ferry_testkit::random_bytes(70 * 1000 + 17, 3);
     let up = store.start_upload("many", &Meta::new()).await.unwrap();
     let mut ids = Vec::new();
@@ -100,8 +100,19 @@ async fn gcs_composes_more_blocks_than_one_request_takes() {
     }
     let mut meta = Meta::new();
     meta.insert("k".into(), "v".into());
-    store.complete_upload(&up, ids, &meta).await.unwrap();
+    store
+        .complete_upload(&up, ids.clone(), &meta)
+        .await
+        .unwrap();
     assert_eq!(store.get("many").await.unwrap(), data);
+    // The completion leaves its parts and compose rounds, exactly what leftovers names.
+    let mut left = store.leftovers(&up, &ids);
+    left.sort();
+    assert_eq!(left.len(), ids.len() + 3, "71 parts and 3 compose rounds");
+    assert_eq!(store.pending_uploads("").await.unwrap(), left);
+    for key in &left {
+        store.delete(key).await.unwrap();
+    }
     assert_eq!(
         store.head("many").await.unwrap().meta.get("k").unwrap(),
         "v"
