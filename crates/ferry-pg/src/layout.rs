@@ -253,28 +253,19 @@ mod tests {
         let root = std::env::temp_dir().join(format!("ferry-layout-{}", std::process::id()));
         let db = root.join("base/5");
         std::fs::create_dir_all(&db).unwrap();
-        for f in [
+        let files = [
             "16384",
             "16384.1",
             "16384_fsm",
             "16384_vm",
             "16384_init",
             "16385",
-        ] {
+        ];
+        for f in files {
             std::fs::write(db.join(f), b"").unwrap();
         }
         let l = PgLayout::new(&root, BLOCK);
-        let took: Vec<_> = [
-            "16384",
-            "16384.1",
-            "16384_fsm",
-            "16384_vm",
-            "16384_init",
-            "16385",
-        ]
-        .into_iter()
-        .filter(|f| l.takes(&db.join(f)))
-        .collect();
+        let took: Vec<_> = files.into_iter().filter(|f| l.takes(&db.join(f))).collect();
         std::fs::remove_dir_all(&root).unwrap();
         assert_eq!(took, ["16384_init", "16385"]);
     }

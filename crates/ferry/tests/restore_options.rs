@@ -127,29 +127,18 @@ fn overwrite_if_different_compares_content() {
     let (a, b) = (r.at("a"), r.at("b"));
     let mtime = std::fs::metadata(&a).unwrap().modified().unwrap();
     std::fs::write(&a, "ALPHA").unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&a)
-        .unwrap()
-        .set_modified(mtime)
-        .unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&b)
-        .unwrap()
-        .set_modified(std::time::SystemTime::UNIX_EPOCH)
-        .unwrap();
+    let set_mtime = |p: &Path, t| {
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(t).unwrap();
+    };
+    set_mtime(&a, mtime);
+    set_mtime(&b, std::time::SystemTime::UNIX_EPOCH);
     let ib = ino(&b);
     r.restore(&["--overwrite", "if-changed"]);
     assert_eq!(read(&a), "ALPHA", "if-changed trusts size and mtime");
     let ib2 = ino(&b);
     assert_ne!(ib2, ib, "if-changed: another mtime, replaced");
-    std::fs::File::options()
-        .write(true)
-        .open(&b)
-        .unwrap()
-        .set_modified(std::time::SystemTime::UNIX_EPOCH)
-        .unwrap();
+    set_mtime(&b, std::time::SystemTime::UNIX_EPOCH);
     let j = r.restore(&["--overwrite", "if-different"]);
     assert_eq!(read(&a), "alpha", "content differs: replaced");
     assert_eq!(ino(&b), ib2, "same content: left as it was");
