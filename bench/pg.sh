@@ -165,7 +165,8 @@ timed() { # name cmd...: $W/T/name.json (+ .out, .out.err)
   python3 bench/pg/run.py "$TW/$name.json" "$TW/$name.out" "${AS_PG[@]}" "${TENV[@]}" "$@" ||
     { echo "FAILED: $name (exit $?): $(tail -5 "$TW/$name.out.err")" >&2; return 1; }
 }
-jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"d": d}))' "$@"; }
+# The summary is the last line: with --json, a run longer than a second prints status lines first.
+jget() { python3 -c 'import json,sys; d=json.loads([l for l in open(sys.argv[1]) if l.strip()][-1]); print(eval(sys.argv[2], {}, {"d": d}))' "$@"; }
 
 # Waits until the archive has every segment up to now (pg_switch_wal, last_archived_wal): both
 # tools' archives, since one archive_command feeds both.
