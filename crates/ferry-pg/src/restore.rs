@@ -264,7 +264,11 @@ pub async fn restore(
                 ..snap.clone()
             };
             let dir = ferry_fs::Dir::create_root(dest).map_err(|e| Error::io(dest.display(), e))?;
-            let one = ferry_repo::restorer::Options::default();
+            let one = ferry_repo::restorer::Options {
+                overwrite: how.overwrite,
+                delete: how.delete,
+                ..Default::default()
+            };
             let got =
                 ferry_repo::restorer::restore(repo.clone(), &sub, dest, &one, progress.clone())
                     .await?;
@@ -341,13 +345,6 @@ fn tablespace_places(b: &PgBackup, opts: &RestoreOptions) -> Result<Vec<(Tablesp
             )));
         }
     }
-    if opts.delta && !b.tablespaces.is_empty() {
-        return Err(Error::Invalid(
-            "--delta over a cluster with tablespaces is not supported yet: restore into an \
-             empty directory"
-                .into(),
-        ));
-    }
     let mut out: Vec<(Tablespace, PathBuf)> = Vec::new();
     for t in &b.tablespaces {
         let dest = opts
@@ -368,7 +365,16 @@ fn tablespace_places(b: &PgBackup, opts: &RestoreOptions) -> Result<Vec<(Tablesp
                 t.oid
             )));
         }
-        if !is_empty_dir(&dest)? {
+        // A delta rewrites a tablespace too, but only one that looks like one: it holds
+        // PostgreSQL's version directory (PG_15_202209061), as a data directory PG_VERSION.
+        if opts.delta && !is_empty_dir(&dest)? && !is_tablespace(&dest) {
+            return Err(Error::Invalid(format!(
+                "tablespace {}: {shown} is not a tablespace directory (no PG_* version \
+                 directory): --delta would empty it",
+                t.oid
+            )));
+        }
+        if !opts.delta && !is_empty_dir(&dest)? {
             return Err(Error::AlreadyExists(format!(
                 "tablespace {}: {shown} is not empty (give --tablespace-map {}=DIR to put it \
                  elsewhere)",
@@ -378,6 +384,16 @@ fn tablespace_places(b: &PgBackup, opts: &RestoreOptions) -> Result<Vec<(Tablesp
         out.push((t.clone(), dest));
     }
     Ok(out)
+}
+
+/// Whether `dir` holds a PostgreSQL version directory, as every tablespace does.
+fn is_tablespace(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|d| {
+        d.flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with("PG_")
+                && e.file_type().is_ok_and(|t| t.is_dir())
+        })
+    })
 }
 
 /// The tree of tablespace `oid` in `snap`: `pg_tblspc/OID`.
