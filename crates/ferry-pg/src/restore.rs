@@ -306,23 +306,13 @@ pub async fn restore(
         Err(e) => {
             // Leave the directory as it was found: absent, or empty.
             if existed {
-                if let Ok(d) = std::fs::read_dir(&opts.to) {
-                    for e in d.flatten() {
-                        let p = e.path();
-                        let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
-                    }
-                }
+                empty(&opts.to);
             } else {
                 let _ = std::fs::remove_dir_all(&opts.to);
             }
             // Tablespace directories were checked empty or absent: made so again.
             for (_, dest) in &spaces {
-                if let Ok(d) = std::fs::read_dir(dest) {
-                    for e in d.flatten() {
-                        let _ = std::fs::remove_dir_all(e.path())
-                            .or_else(|_| std::fs::remove_file(e.path()));
-                    }
-                }
+                empty(dest);
             }
             Err(e)
         }
@@ -367,14 +357,15 @@ fn tablespace_places(b: &PgBackup, opts: &RestoreOptions) -> Result<Vec<(Tablesp
         }
         // A delta rewrites a tablespace too, but only one that looks like one: it holds
         // PostgreSQL's version directory (PG_15_202209061), as a data directory PG_VERSION.
-        if opts.delta && !is_empty_dir(&dest)? && !is_tablespace(&dest) {
+        let fresh = is_empty_dir(&dest)?;
+        if opts.delta && !fresh && !is_tablespace(&dest) {
             return Err(Error::Invalid(format!(
                 "tablespace {}: {shown} is not a tablespace directory (no PG_* version \
                  directory): --delta would empty it",
                 t.oid
             )));
         }
-        if !opts.delta && !is_empty_dir(&dest)? {
+        if !opts.delta && !fresh {
             return Err(Error::AlreadyExists(format!(
                 "tablespace {}: {shown} is not empty (give --tablespace-map {}=DIR to put it \
                  elsewhere)",
@@ -384,6 +375,16 @@ fn tablespace_places(b: &PgBackup, opts: &RestoreOptions) -> Result<Vec<(Tablesp
         out.push((t.clone(), dest));
     }
     Ok(out)
+}
+
+/// Removes what a failed restore wrote into `dir`, which it found empty.
+fn empty(dir: &Path) {
+    if let Ok(d) = std::fs::read_dir(dir) {
+        for e in d.flatten() {
+            let p = e.path();
+            let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+        }
+    }
 }
 
 /// Whether `dir` holds a PostgreSQL version directory, as every tablespace does.
