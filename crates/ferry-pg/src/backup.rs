@@ -368,6 +368,12 @@ async fn backup_locked(
     };
     wait_archived(archiver, &repo, &stop_wal, ARCHIVE_WAIT).await?;
     let spcmap: Option<String> = r.get(2);
+    // Taken after the stop: a transaction it shows running had not ended at the stop point.
+    let stop_snapshot: String = c
+        .query_one("SELECT pg_current_snapshot()::text", &[])
+        .await
+        .map_err(db("read the transactions running"))?
+        .get(0);
     let record = PgBackup {
         system_id,
         version: version as u32,
@@ -379,6 +385,7 @@ async fn backup_locked(
         stop_wal,
         start_time,
         stop_time: now_us(&c).await?,
+        stop_snapshot: Some(stop_snapshot),
         label: r.get(1),
         tablespace_map: spcmap.filter(|s| !s.is_empty()),
         data_dir: data_dir.to_string_lossy().into_owned(),

@@ -10,6 +10,7 @@
 pub mod backup;
 pub mod check;
 pub mod checksum;
+pub mod choose;
 pub mod conn;
 pub mod expire;
 pub mod info;
@@ -21,6 +22,7 @@ pub mod target;
 pub mod tls;
 pub mod verify;
 pub mod walaccess;
+pub mod walrecord;
 pub mod walview;
 
 pub use lsn::Lsn;

@@ -31,6 +31,10 @@ pub struct PgBackup {
     pub start_time: i64,
     /// See `start_time`.
     pub stop_time: i64,
+    /// `pg_current_snapshot()` taken once the backup had stopped (`xmin:xmax:xip,...`):
+    /// which transactions had ended by then, for `--target-xid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_snapshot: Option<String>,
     /// The `backup_label` pg_backup_stop returned; written into the restored directory.
     pub label: String,
     /// The `tablespace_map`, when there is one.

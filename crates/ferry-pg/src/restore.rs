@@ -13,7 +13,7 @@ use ferry_repo::restorer::{Overwrite, Select};
 use ferry_repo::{Id, Repo, Snapshot};
 use ferry_transfer::{Error, Result};
 
-use crate::record::{backups, PgBackup, Tablespace};
+use crate::record::{PgBackup, Tablespace};
 use crate::target::Target;
 use crate::walview::WalView;
 
@@ -85,53 +85,6 @@ fn delta_target(to: &Path) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Chooses the backup for `opts` among the repository's.
-async fn choose(repo: &Repo, opts: &RestoreOptions) -> Result<(Id, Snapshot, PgBackup)> {
-    let snaps = repo.snapshots().await?;
-    let all = backups(snaps);
-    if all.is_empty() {
-        return Err(Error::NotFound(format!(
-            "{} holds no PostgreSQL backup (make one with ferry pg backup)",
-            repo.url()
-        )));
-    }
-    if let Some(want) = &opts.backup {
-        let hits: Vec<_> = all
-            .iter()
-            .filter(|(id, _, _)| id.hex().starts_with(&want.to_ascii_lowercase()))
-            .collect();
-        let (id, snap, b) = match hits.as_slice() {
-            [one] => *one,
-            [] => return Err(Error::NotFound(format!("no PostgreSQL backup {want}"))),
-            _ => return Err(Error::Invalid(format!("backup id {want} is ambiguous"))),
-        };
-        if !opts.target.reachable_from(b) {
-            return Err(Error::Invalid(format!(
-                "backup {} ends after {}: recovery cannot stop before a backup is consistent",
-                id.short(),
-                opts.target.describe()
-            )));
-        }
-        return Ok((*id, snap.clone(), b.clone()));
-    }
-    match all
-        .iter()
-        .rev()
-        .find(|(_, _, b)| opts.target.reachable_from(b))
-    {
-        Some((id, snap, b)) => Ok((*id, snap.clone(), b.clone())),
-        None => {
-            let oldest = &all[0].2;
-            Err(Error::Invalid(format!(
-                "no backup ends before {}: the oldest ends at {} (LSN {})",
-                opts.target.describe(),
-                show_time(oldest.stop_time),
-                oldest.stop_lsn
-            )))
-        }
-    }
 }
 
 /// Microseconds since the epoch, as PostgreSQL prints times in UTC.
@@ -233,7 +186,7 @@ pub async fn restore(
             opts.action
         )));
     }
-    let (id, snap, b) = choose(&repo, opts).await?;
+    let (id, snap, b) = crate::choose::choose(&repo, &opts.target, opts.backup.as_deref()).await?;
     let spaces = tablespace_places(&b, opts)?;
     let warnings = check_wal(&repo, &b, &opts.target).await?;
     let existed = opts.to.exists();

@@ -49,12 +49,18 @@ pub fn parse_time(s: &str) -> Result<DateTime<FixedOffset>> {
 
 impl Target {
     /// Whether `b` ends early enough to be replayed up to this target: recovery cannot stop
-    /// before a backup is consistent. Unknown for xids and names: any backup may do.
+    /// before a backup is consistent. A transaction must not have ended when the backup
+    /// stopped; a backup recorded without that (made before ferry kept it) may do. Unknown
+    /// for names, which [`crate::choose`] finds in the WAL: any backup may do.
     pub fn reachable_from(&self, b: &PgBackup) -> bool {
         match self {
             Target::Time(t, _) => b.stop_time <= t.timestamp_micros(),
             Target::Lsn(l) => b.stop_lsn <= *l,
-            Target::Latest | Target::Xid(_) | Target::Name(_) => true,
+            Target::Xid(x) => match (x.parse(), &b.stop_snapshot) {
+                (Ok(x), Some(s)) => not_ended(x, s).unwrap_or(true),
+                _ => true,
+            },
+            Target::Latest | Target::Name(_) => true,
         }
     }
 
@@ -81,6 +87,33 @@ impl Target {
     }
 }
 
+/// Whether transaction `xid` had not ended in `snapshot` (`xmin:xmax:xip,...` of 64-bit
+/// ids, as `pg_current_snapshot()` prints it): not yet begun, or running. An id given
+/// without its epoch (32 bits, as `recovery_target_xid` reads it) is taken as the nearest
+/// to the snapshot's. `None` when the snapshot does not parse.
+fn not_ended(xid: u64, snapshot: &str) -> Option<bool> {
+    let mut parts = snapshot.split(':');
+    let _xmin: u64 = parts.next()?.parse().ok()?;
+    let xmax: u64 = parts.next()?.parse().ok()?;
+    let running = parts
+        .next()?
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u64>().ok())
+        .collect::<Option<Vec<u64>>>()?;
+    let xid = if xid >> 32 == 0 && xmax >> 32 > 0 {
+        let same_epoch = (xmax & !0xFFFF_FFFF) | xid;
+        if same_epoch > xmax + (1 << 31) {
+            same_epoch - (1 << 32)
+        } else {
+            same_epoch
+        }
+    } else {
+        xid
+    };
+    Some(xid >= xmax || running.contains(&xid))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +126,24 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.timestamp_micros(), c.timestamp_micros());
         assert!(parse_time("2026-11-22 14:05:00").is_err());
+    }
+
+    #[test]
+    fn a_transaction_had_ended_unless_running_or_not_yet_begun() {
+        let s = "100:105:100,103";
+        assert_eq!(not_ended(99, s), Some(false));
+        assert_eq!(not_ended(100, s), Some(true));
+        assert_eq!(not_ended(101, s), Some(false));
+        assert_eq!(not_ended(103, s), Some(true));
+        assert_eq!(not_ended(105, s), Some(true));
+        assert_eq!(not_ended(104, "100:105:"), Some(false));
+        // Epoch 2: a 32-bit id is read in the snapshot's epoch, or the one before.
+        let e = 2u64 << 32;
+        let s = format!("{}:{}:", e + 10, e + 20);
+        assert_eq!(not_ended(30, &s), Some(true));
+        assert_eq!(not_ended(5, &s), Some(false));
+        assert_eq!(not_ended(0xFFFF_FFF0, &s), Some(false));
+        assert_eq!(not_ended(e + 30, &s), Some(true));
+        assert_eq!(not_ended(1, "nonsense"), None);
     }
 }

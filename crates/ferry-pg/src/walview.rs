@@ -100,6 +100,24 @@ impl WalView {
             .max_by_key(|(t, s)| (*s, *t))
     }
 
+    /// For each segment from `from` to `to` (inclusive), the file a replay from `timeline`
+    /// following the newest timeline reads: the one on the highest timeline from `timeline` on
+    /// that has it and did not drop it. Segments no such timeline has are left out.
+    pub fn replay_path(&self, timeline: u32, from: u64, to: u64) -> Vec<WalName> {
+        (from..=to)
+            .filter_map(|s| {
+                self.segments
+                    .range(timeline..)
+                    .rev()
+                    .map(|(t, _)| WalName::segment(*t, s, self.seg_size))
+                    .find(|n| {
+                        self.segments[&n.timeline()].contains(&s)
+                            && !self.dropped.contains(n.as_str())
+                    })
+            })
+            .collect()
+    }
+
     /// Segment numbers from `from` on, up to the newest archived on `timeline` or later, that no
     /// timeline from `timeline` on has (or that were dropped): where a replay would stop.
     pub fn holes_after(&self, timeline: u32, from: u64) -> Vec<String> {

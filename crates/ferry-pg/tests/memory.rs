@@ -145,6 +145,7 @@ fn record(dir: &Path, start: u64, stop: u64, stop_time: i64) -> PgBackup {
         stop_wal: seg(1, stop).to_string(),
         start_time: stop_time - 1_000_000,
         stop_time,
+        stop_snapshot: None,
         tablespace_map: None,
         data_dir: dir.display().to_string(),
         owner: (m.uid(), m.gid()),

@@ -1134,3 +1134,65 @@ fn tablespaces_are_restored_in_place_and_remapped() {
         .unwrap_or_else(|e| panic!("{e}\n{}", tail(&pg.log())));
     check(&pg, &s1);
 }
+
+/// `--target-xid` and `--target-name` start from the newest backup that ends before them
+/// (from a later one, PostgreSQL would replay to the end and never reach the target); a
+/// restore point that is nowhere, and a transaction that ended before every backup, are
+/// refused before anything is written.
+#[test]
+fn target_xid_and_name_start_from_the_backup_before_them() {
+    let Some(rig) = rig() else { return };
+    let in_tx = |id: i32| {
+        rig.pg.sql(&format!(
+            "begin; insert into k (id, note) values ({id}, 'row {id}'); \
+             select txid_current(); commit;"
+        ))
+    };
+    let xid1 = in_tx(1);
+    let first = backup(&rig, &[]);
+    let xid2 = in_tx(2);
+    insert(&rig, 3);
+    rig.pg.sql("select pg_create_restore_point('after-three')");
+    let second = backup(&rig, &[]);
+    insert(&rig, 4);
+    rig.pg.sql("select pg_create_restore_point('after-four')");
+    insert(&rig, 5);
+    rig.settle();
+    let id_of = |b: &Value| b["backup"].as_str().unwrap().to_string();
+    let (first, second) = (id_of(&first), id_of(&second));
+
+    for (name, args, from, want) in [
+        ("xid", ["--target-xid", &xid2], &first, "1,2"),
+        ("three", ["--target-name", "after-three"], &first, "1,2,3"),
+        ("four", ["--target-name", "after-four"], &second, "1,2,3,4"),
+    ] {
+        let to = rig.pg.make_dir(name);
+        let a = [&args[..], &["--json", "--target-action", "pause"]].concat();
+        let (out, _) = restore_into(&rig, &to, &a);
+        let r = ok_json(&out, name);
+        assert_eq!(r["backup"].as_str(), Some(from.as_str()), "{name}: {r}");
+        let pg = start_restored(&rig, &to);
+        wait_paused(&pg);
+        assert_eq!(ids(&pg), want, "restore to {name}");
+    }
+
+    for (name, args, why) in [
+        (
+            "nowhere",
+            ["--target-name", "nowhere"],
+            "restore point 'nowhere' is not in the archived WAL",
+        ),
+        (
+            "xid1",
+            ["--target-xid", &xid1],
+            "no backup ends before transaction",
+        ),
+    ] {
+        let (out, to) = restore(&rig, name, &args);
+        assert!(!out.status.success(), "{name}");
+        let err = stderr(&out);
+        assert!(err.contains(why), "{name}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
+        assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0, "{name}");
+    }
+}
