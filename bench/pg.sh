@@ -4,7 +4,8 @@
 # WAL to BOTH tools (archive_command runs `ferry wal-push %p && pgbackrest archive-push %p`,
 # each into its own repository), and at each point both tools back up the same data:
 #   1. full backup        ferry pg backup (first)        pgbackrest backup --type=full
-#   2. BENCH_LOAD_SECS of pgbench load (-c 2), the archive drained, then the incremental:
+#   2. pgbench load changing CHANGE_PCT % of the rows of pgbench_accounts (SCALE*1000*CHANGE_PCT
+#      transactions, -c 2; each updates one random account), the archive drained, then the incremental:
 #                         ferry pg backup (second)       pgbackrest backup --type=incr
 #   3. restore of the latest backup into an empty directory, then PostgreSQL started on it,
 #      recovering through the tool's own restore_command; rows of pgbench_accounts checked.
@@ -12,10 +13,13 @@
 # tool's process tree (sum over its processes, sampled every 50 ms: bench/pg/run.py).
 # Targets: local (a repository directory) and s3 (MinIO over TLS through the emulated WAN,
 # bench/lib.sh, PROFILE=wan: RTT 80 ms, 8 MB/s per connection, 100 MB/s aggregate).
-#   bench/pg.sh                                         # as root: scale 100, 300 s load
-#   SCALE=10 BENCH_LOAD_SECS=30 TARGETS=local bench/pg.sh   # quick trial
-# Env: SCALE, BENCH_LOAD_SECS, CLIENTS (pgbench -c, 2), BENCH_RATE (pgbench -R tps; unset: as
-# fast as it goes, which in 300 s touches most pages of pgbench_accounts), TARGETS ("local s3"), FERRY (binary,
+# REPEAT rounds (3), each every target from a fresh copy of the cluster and fresh repositories;
+# which tool goes first alternates between rounds; the report gives medians and ranges.
+#   bench/pg.sh                                         # as root: scale 100, 1 % change, 3 rounds
+#   SCALE=10 REPEAT=1 TARGETS=local bench/pg.sh         # quick trial
+# Env: SCALE, CHANGE_PCT (1; 0: BENCH_LOAD_SECS of load instead), BENCH_LOAD_SECS (300),
+# CLIENTS (pgbench -c, 2), BENCH_RATE (pgbench -R tps; unset: as fast as it goes), REPEAT (3),
+# TARGETS ("local s3"), FERRY (binary,
 # default target/release/ferry), OUT (JSON, /tmp/ferry-bench-pg.json), LOGS (copied there at
 # exit), PROCESS_MAX (pgBackRest, 2), PGBR_COMPRESS (zst), PGBR_CIPHER (aes-256-cbc, or none:
 # ferry always encrypts, so pgBackRest does too by default), PGBR_OPTS (more option=value
@@ -34,6 +38,9 @@ PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 [ -x "$PGBIN/postgres" ] || { echo "pg.sh: no PostgreSQL 15 in $PGBIN (scripts/install-tools postgres)" >&2; exit 1; }
 
 SCALE=${SCALE:-100} BENCH_LOAD_SECS=${BENCH_LOAD_SECS:-300} CLIENTS=${CLIENTS:-2}
+CHANGE_PCT=${CHANGE_PCT:-1} REPEAT=${REPEAT:-3}
+# pgbench -t per client: 1 % of the accounts is SCALE*1000 transactions in all.
+TXNS_EACH=$(awk -v s="$SCALE" -v p="$CHANGE_PCT" -v c="$CLIENTS" 'BEGIN{printf "%d", s * 1000 * p / c}')
 TARGETS=${TARGETS:-local s3}
 OUT=${OUT:-/tmp/ferry-bench-pg.json}
 LOGS=${LOGS:-${OUT%.json}.logs}
@@ -69,7 +76,9 @@ RESULTS=$W/results.jsonl
 mkdir -p "$BIN" "$PGD" "$BENCH_DIR/home" "$W"; : >"$RESULTS"
 cp "$FERRY" "$BIN/ferry"; chmod 755 "$BIN" "$BIN"/*
 chown postgres: "$PGD" "$BENCH_DIR/home" "$W"
-echo "pg.sh: scale $SCALE, load ${BENCH_LOAD_SECS}s x $CLIENTS clients, targets: $TARGETS; scratch $BENCH_DIR" >&2
+if [ "$TXNS_EACH" -gt 0 ]; then LOAD_ARGS=(-t "$TXNS_EACH"); LOAD_DESC="$CHANGE_PCT % of the accounts ($TXNS_EACH transactions x $CLIENTS clients)"
+else LOAD_ARGS=(-T "$BENCH_LOAD_SECS"); LOAD_DESC="${BENCH_LOAD_SECS} s x $CLIENTS clients"; fi
+echo "pg.sh: scale $SCALE, load $LOAD_DESC, $REPEAT rounds, targets: $TARGETS; scratch $BENCH_DIR" >&2
 { echo "== start $START_DATE"; uptime; ps aux --sort=-%cpu | head -12; } >"$W/machine.log"
 
 # As postgres, inside the namespace, clean environment. setpriv and env exec: $! is the program.
@@ -189,13 +198,13 @@ EOF
 }
 
 result() { # target tool phase json-of-run stored_bytes [key=value...]
-  python3 - "$@" >>"$RESULTS" <<'PY'
+  python3 - "${@:1:5}" "$ROUND" "${@:6}" >>"$RESULTS" <<'PY'
 import json, sys
 t, tool, phase, run, stored = sys.argv[1:6]
 r = json.load(open(run))
-row = {"target": t, "tool": tool, "phase": phase, "secs": r["secs"], "peak_rss_mib": r["peak_rss_mib"],
+row = {"target": t, "tool": tool, "phase": phase, "round": int(sys.argv[6]), "secs": r["secs"], "peak_rss_mib": r["peak_rss_mib"],
        "peak_one_mib": r["peak_one_mib"], "cpu_s": r.get("cpu_s"), "stored_bytes": int(stored) if stored not in ("", "-") else None}
-for kv in sys.argv[6:]:
+for kv in sys.argv[7:]:
     k, v = kv.split("=", 1)
     try: v = float(v)
     except ValueError: pass
@@ -213,7 +222,10 @@ pgbr_stored() { # target: the newest backup's bytes in the repository (info: rep
 # names pgbackrest.
 # One backup with each tool at the same point; a checkpoint first, so neither pays for the
 # dirty buffers the other would flush.
-backups() { # target phase(full|incr)
+backups() { # target phase(full|incr): both tools, the first alternating between rounds
+  if (( ROUND % 2 )); then backup_ferry "$@"; backup_pgbr "$@"; else backup_pgbr "$@"; backup_ferry "$@"; fi
+}
+backup_ferry() { # target phase
   local t=$1 ph=$2 s la
   la=$(loadavg); psql_ -c checkpoint
   echo "   ferry $ph (load average $la)" >&2
@@ -223,6 +235,9 @@ backups() { # target phase(full|incr)
     "read_bytes=$(jget "$TW/ferry-$ph.out" 'd["summary"]["bytes_read"]')" \
     "size_bytes=$(jget "$TW/ferry-$ph.out" 'd["summary"]["total_bytes"]')" \
     "files_unchanged=$(jget "$TW/ferry-$ph.out" 'd["summary"]["files_unchanged"]')"
+}
+backup_pgbr() { # target phase
+  local t=$1 ph=$2 s la
   la=$(loadavg); psql_ -c checkpoint
   echo "   pgBackRest $ph (load average $la)" >&2
   timed "pgbr-$ph" "$BIN/pgbr-$t" backup --type="$ph"
@@ -269,8 +284,8 @@ restore_one() { # target tool
 
 run_target() { # target
   local t=$1 ferry_repo
-  TW=$W/$t; mkdir -p "$TW"; chown postgres: "$TW"
-  echo "== target $t (load average $(loadavg))" >&2
+  TW=$W/$t-$ROUND; mkdir -p "$TW"; chown postgres: "$TW"
+  echo "== round $ROUND/$REPEAT, target $t (load average $(loadavg))" >&2
   TENV=(); [ "$t" != s3 ] || TENV=("${ENV_S3[@]}")
   if [ "$t" = s3 ]; then
     ip netns exec "$NS" env "${ENV_S3[@]}" "$BIN/ferry" mkdir s3://bench >/dev/null
@@ -292,8 +307,8 @@ EOF
 
   echo " 1. full backups" >&2
   backups "$t" full
-  echo " 2. pgbench -T $BENCH_LOAD_SECS -c $CLIENTS${BENCH_RATE:+ -R $BENCH_RATE} (load average $(loadavg))" >&2
-  "${AS_PG[@]}" "$PGBIN/pgbench" -T "$BENCH_LOAD_SECS" -c "$CLIENTS" -j "$CLIENTS" ${BENCH_RATE:+-R "$BENCH_RATE"} -h "$SOCK" -p $PORT -U postgres postgres \
+  echo " 2. pgbench: $LOAD_DESC${BENCH_RATE:+ at $BENCH_RATE tps} (load average $(loadavg))" >&2
+  "${AS_PG[@]}" "$PGBIN/pgbench" "${LOAD_ARGS[@]}" -c "$CLIENTS" -j "$CLIENTS" ${BENCH_RATE:+-R "$BENCH_RATE"} -h "$SOCK" -p $PORT -U postgres postgres \
     >"$TW/pgbench.log" 2>&1 || { tail "$TW/pgbench.log" >&2; return 1; }
   local tps; tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$TW/pgbench.log" | tail -1)
   local txns; txns=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$TW/pgbench.log")
@@ -312,8 +327,8 @@ EOF
   kill_ns wal-agent; kill_ns pgbackrest   # archivers idle: nothing more to push
 
   echo " 3. restores" >&2
-  restore_one "$t" ferry
-  restore_one "$t" pgbackrest
+  if (( ROUND % 2 )); then restore_one "$t" ferry; restore_one "$t" pgbackrest
+  else restore_one "$t" pgbackrest; restore_one "$t" ferry; fi
   kill_ns wal-agent; kill_ns pgbackrest
   # The repositories as a whole (backups and the WAL archive) after both backups.
   local fb pb
@@ -322,7 +337,7 @@ EOF
   else
     fb=$(du -sb "$ferry_repo" | cut -f1); pb=$(du -sb "$BENCH_DIR/repo-local/pgbr" | cut -f1)
   fi
-  echo "{\"target\": \"$t\", \"repo_total\": {\"ferry\": $fb, \"pgbackrest\": $pb}, \"txns\": ${txns:-0}, \"tps\": ${tps:-0}}" >>"$W/targets.jsonl"
+  echo "{\"target\": \"$t\", \"round\": $ROUND, \"repo_total\": {\"ferry\": $fb, \"pgbackrest\": $pb}, \"txns\": ${txns:-0}, \"tps\": ${tps:-0}}" >>"$W/targets.jsonl"
   rm -rf "$PGD/live" "$BENCH_DIR/repo-local" "$BENCH_DIR/minio/bench"
   { echo "== after target $t $(date -u +%FT%TZ)"; uptime; ps aux --sort=-%cpu | head -8; } >>"$W/machine.log"
 }
@@ -330,7 +345,7 @@ EOF
 report() {
   REPORTED=1
   python3 bench/pg/report.py "$RESULTS" "$W/targets.jsonl" "$OUT" \
-    "date=$START_DATE" "scale=$SCALE" "db_bytes=${DB_BYTES:-0}" "load_secs=$BENCH_LOAD_SECS" "clients=$CLIENTS" "rate=${BENCH_RATE:-}" \
+    "date=$START_DATE" "scale=$SCALE" "db_bytes=${DB_BYTES:-0}" "load=$LOAD_DESC" "rate=${BENCH_RATE:-}" "rounds=$REPEAT" \
     "profile=$PROFILE" "rtt_ms=$RTT_MS" "conn_mbps=$CONN_MBPS" "agg_mbps=$AGG_MBPS" \
     "loadavg_start=$LOAD0" "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" \
     "ferry=$FERRY_VERSION" "pgbackrest=$(pgbackrest version)" \
@@ -339,5 +354,7 @@ report() {
 }
 
 : >"$W/targets.jsonl"
-for t in $TARGETS; do run_target "$t"; done
+for ROUND in $(seq 1 "$REPEAT"); do
+  for t in $TARGETS; do run_target "$t"; done
+done
 report
