@@ -42,6 +42,8 @@ const FILES_AT_ONCE: usize = 8;
 /// Big files (each with a chunker buffer of up to `chunk_max`) read at once into a local
 /// repository: the cores, not the store, bound it.
 const FILES_AT_ONCE_LOCAL: usize = 4;
+/// Directories listed at once (besides the read-ahead thread): a disk's queue, not a core.
+const LISTINGS_AT_ONCE: usize = 4;
 /// Small changed files (one chunk or less) are read this many to a blocking task...
 const SMALL_RUN: usize = 64;
 /// ...or until they hold this many bytes.
@@ -63,6 +65,9 @@ thread_local! {
     /// compressing a small file.
     static ZSTD: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
 }
+
+/// Scratch capacity a thread keeps between blobs.
+const SCRATCH_KEEP: usize = 1 << 20;
 
 thread_local! {
     /// Per-thread buffers a blob is compressed and sealed in before its pack copies it: fresh
@@ -108,7 +113,13 @@ fn seal_blob<R>(
             sealed.extend_from_slice(plain);
         }
         key.seal_in_place(kind.sealed(), sealed);
-        Ok(f(sealed))
+        let out = f(sealed);
+        // A thread keeps small buffers for the next blob; a large chunk's (up to 2 x 8 MiB,
+        // mmapped) go back at once rather than staying with a thread that may idle.
+        if sealed.capacity() > SCRATCH_KEEP {
+            (*packed, *sealed) = (Vec::new(), Vec::new());
+        }
+        Ok(out)
     })
 }
 
@@ -175,6 +186,10 @@ pub struct Archiver {
     /// Held by a thread whose full pack waits for an upload slot.
     closing: Mutex<()>,
     files: Semaphore,
+    /// Directory listings at once: each is a blocking task, and unbounded, a cold-cache walk
+    /// had tokio's blocking pool grow to 60 threads, each keeping the buffers of its own
+    /// (zstd context, scratch, malloc arena) once it went on to pack blobs.
+    listings: Semaphore,
     progress: Arc<dyn BackupProgress>,
     rt: tokio::runtime::Handle,
     trees: crate::blob::Trees,
@@ -231,6 +246,7 @@ impl Archiver {
             slots: Arc::new(Semaphore::new(packs_in_flight)),
             closing: Mutex::new(()),
             files: Semaphore::new(files_at_once),
+            listings: Semaphore::new(LISTINGS_AT_ONCE),
             progress,
             rt: tokio::runtime::Handle::current(),
             trees,
@@ -679,6 +695,7 @@ impl Archiver {
                 Some(listed) => listed,
                 None => {
                     let p = path.clone();
+                    let _permit = me.listings.acquire().await.expect("open semaphore");
                     tokio::task::spawn_blocking(move || walk::entries(&p))
                         .await
                         .map_err(|e| Error::Permanent(e.to_string()))?
