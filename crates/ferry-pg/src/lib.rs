@@ -18,6 +18,7 @@ pub mod layout;
 pub mod lsn;
 pub mod record;
 pub mod restore;
+pub mod tablespace;
 pub mod target;
 pub mod tls;
 pub mod verify;

@@ -14,6 +14,7 @@ use ferry_repo::{Id, Repo, Snapshot};
 use ferry_transfer::{Error, Result};
 
 use crate::record::{PgBackup, Tablespace};
+use crate::tablespace;
 use crate::target::Target;
 use crate::walview::WalView;
 
@@ -55,7 +56,7 @@ pub struct Restored {
     pub warnings: Vec<String>,
 }
 
-fn is_empty_dir(p: &Path) -> Result<bool> {
+pub(crate) fn is_empty_dir(p: &Path) -> Result<bool> {
     match std::fs::read_dir(p) {
         Ok(mut d) => Ok(d.next().is_none()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
@@ -187,7 +188,7 @@ pub async fn restore(
         )));
     }
     let (id, snap, b) = crate::choose::choose(&repo, &opts.target, opts.backup.as_deref()).await?;
-    let spaces = tablespace_places(&b, opts)?;
+    let spaces = tablespace::places(&b, &opts.to, &opts.tablespace_map, opts.delta)?;
     let warnings = check_wal(&repo, &b, &opts.target).await?;
     let existed = opts.to.exists();
     let done = async {
@@ -211,7 +212,7 @@ pub async fn restore(
             ferry_repo::restorer::restore(repo.clone(), &snap, &opts.to, &how, progress.clone())
                 .await?;
         for (t, dest) in &spaces {
-            let tree = tablespace_tree(&repo, &snap, t.oid).await?;
+            let tree = tablespace::tree(&repo, &snap, t.oid).await?;
             let sub = Snapshot {
                 tree,
                 ..snap.clone()
@@ -272,64 +273,6 @@ pub async fn restore(
     }
 }
 
-/// Where each tablespace of `b` goes: `--tablespace-map` or where it was. Each place must be
-/// an absolute path, absent or empty, outside the data directory, and named once; a remap
-/// must name a tablespace of the backup.
-fn tablespace_places(b: &PgBackup, opts: &RestoreOptions) -> Result<Vec<(Tablespace, PathBuf)>> {
-    for (oid, _) in &opts.tablespace_map {
-        if !b.tablespaces.iter().any(|t| t.oid == *oid) {
-            return Err(Error::Invalid(format!(
-                "--tablespace-map {oid}: the backup has no tablespace {oid} (it has: {})",
-                b.tablespaces
-                    .iter()
-                    .map(|t| t.oid.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-    }
-    let mut out: Vec<(Tablespace, PathBuf)> = Vec::new();
-    for t in &b.tablespaces {
-        let dest = opts
-            .tablespace_map
-            .iter()
-            .find(|(oid, _)| *oid == t.oid)
-            .map_or_else(|| PathBuf::from(&t.location), |(_, d)| d.clone());
-        let shown = dest.display().to_string();
-        if !dest.is_absolute() || shown.contains('\n') {
-            return Err(Error::Invalid(format!(
-                "tablespace {}: {shown:?} is not an absolute path (give --tablespace-map {}=DIR)",
-                t.oid, t.oid
-            )));
-        }
-        if dest.starts_with(&opts.to) || out.iter().any(|(_, d)| d == &dest) {
-            return Err(Error::Invalid(format!(
-                "tablespace {}: {shown} is inside the data directory or another tablespace's place",
-                t.oid
-            )));
-        }
-        // A delta rewrites a tablespace too, but only one that looks like one: it holds
-        // PostgreSQL's version directory (PG_15_202209061), as a data directory PG_VERSION.
-        let fresh = is_empty_dir(&dest)?;
-        if opts.delta && !fresh && !is_tablespace(&dest) {
-            return Err(Error::Invalid(format!(
-                "tablespace {}: {shown} is not a tablespace directory (no PG_* version \
-                 directory): --delta would empty it",
-                t.oid
-            )));
-        }
-        if !opts.delta && !fresh {
-            return Err(Error::AlreadyExists(format!(
-                "tablespace {}: {shown} is not empty (give --tablespace-map {}=DIR to put it \
-                 elsewhere)",
-                t.oid, t.oid
-            )));
-        }
-        out.push((t.clone(), dest));
-    }
-    Ok(out)
-}
-
 /// Removes what a failed restore wrote into `dir`, which it found empty.
 fn empty(dir: &Path) {
     if let Ok(d) = std::fs::read_dir(dir) {
@@ -338,35 +281,6 @@ fn empty(dir: &Path) {
             let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
         }
     }
-}
-
-/// Whether `dir` holds a PostgreSQL version directory, as every tablespace does.
-fn is_tablespace(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|d| {
-        d.flatten().any(|e| {
-            e.file_name().to_string_lossy().starts_with("PG_")
-                && e.file_type().is_ok_and(|t| t.is_dir())
-        })
-    })
-}
-
-/// The tree of tablespace `oid` in `snap`: `pg_tblspc/OID`.
-async fn tablespace_tree(repo: &Repo, snap: &Snapshot, oid: u32) -> Result<Id> {
-    let (index, _) = repo.index().await?;
-    let sub = |tree: ferry_repo::tree::Tree, name: &str| {
-        tree.nodes
-            .into_iter()
-            .find(|n| n.name == name && n.kind == ferry_repo::tree::NodeKind::Dir)
-            .and_then(|n| n.subtree)
-            .ok_or_else(|| {
-                Error::Checksum(format!(
-                    "the backup's snapshot has no directory {name} for tablespace {oid}"
-                ))
-            })
-    };
-    let root = ferry_repo::load_tree(repo, &index, &snap.tree).await?;
-    let links = ferry_repo::load_tree(repo, &index, &sub(root, "pg_tblspc")?).await?;
-    sub(links, &oid.to_string())
 }
 
 /// The label, the signal file and the recovery settings.

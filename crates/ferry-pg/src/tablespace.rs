@@ -1,0 +1,99 @@
+//! Tablespaces in a restore: where each goes, whether that place may be written, and its
+//! files' tree in the backup's snapshot (`pg_tblspc/OID`).
+
+use std::path::{Path, PathBuf};
+
+use ferry_repo::{Id, Repo, Snapshot};
+use ferry_transfer::{Error, Result};
+
+use crate::record::{PgBackup, Tablespace};
+use crate::restore::is_empty_dir;
+
+/// Where each tablespace of `b` goes, restoring into `to`: `map` (`--tablespace-map`) or where
+/// it was. Each place must be
+/// an absolute path, absent or empty, outside the data directory, and named once; a remap
+/// must name a tablespace of the backup.
+pub(crate) fn places(
+    b: &PgBackup, to: &Path, map: &[(u32, PathBuf)], delta: bool,
+) -> Result<Vec<(Tablespace, PathBuf)>> {
+    for (oid, _) in map {
+        if !b.tablespaces.iter().any(|t| t.oid == *oid) {
+            return Err(Error::Invalid(format!(
+                "--tablespace-map {oid}: the backup has no tablespace {oid} (it has: {})",
+                b.tablespaces
+                    .iter()
+                    .map(|t| t.oid.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    let mut out: Vec<(Tablespace, PathBuf)> = Vec::new();
+    for t in &b.tablespaces {
+        let dest = map
+            .iter()
+            .find(|(oid, _)| *oid == t.oid)
+            .map_or_else(|| PathBuf::from(&t.location), |(_, d)| d.clone());
+        let shown = dest.display().to_string();
+        if !dest.is_absolute() || shown.contains('\n') {
+            return Err(Error::Invalid(format!(
+                "tablespace {}: {shown:?} is not an absolute path (give --tablespace-map {}=DIR)",
+                t.oid, t.oid
+            )));
+        }
+        if dest.starts_with(to) || out.iter().any(|(_, d)| d == &dest) {
+            return Err(Error::Invalid(format!(
+                "tablespace {}: {shown} is inside the data directory or another tablespace's place",
+                t.oid
+            )));
+        }
+        // A delta rewrites a tablespace too, but only one that looks like one: it holds
+        // PostgreSQL's version directory (PG_15_202209061), as a data directory PG_VERSION.
+        let fresh = is_empty_dir(&dest)?;
+        if delta && !fresh && !is_tablespace(&dest) {
+            return Err(Error::Invalid(format!(
+                "tablespace {}: {shown} is not a tablespace directory (no PG_* version \
+                 directory): --delta would empty it",
+                t.oid
+            )));
+        }
+        if !delta && !fresh {
+            return Err(Error::AlreadyExists(format!(
+                "tablespace {}: {shown} is not empty (give --tablespace-map {}=DIR to put it \
+                 elsewhere)",
+                t.oid, t.oid
+            )));
+        }
+        out.push((t.clone(), dest));
+    }
+    Ok(out)
+}
+
+/// Whether `dir` holds a PostgreSQL version directory, as every tablespace does.
+fn is_tablespace(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|d| {
+        d.flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with("PG_")
+                && e.file_type().is_ok_and(|t| t.is_dir())
+        })
+    })
+}
+
+/// The tree of tablespace `oid` in `snap`: `pg_tblspc/OID`.
+pub(crate) async fn tree(repo: &Repo, snap: &Snapshot, oid: u32) -> Result<Id> {
+    let (index, _) = repo.index().await?;
+    let sub = |tree: ferry_repo::tree::Tree, name: &str| {
+        tree.nodes
+            .into_iter()
+            .find(|n| n.name == name && n.kind == ferry_repo::tree::NodeKind::Dir)
+            .and_then(|n| n.subtree)
+            .ok_or_else(|| {
+                Error::Checksum(format!(
+                    "the backup's snapshot has no directory {name} for tablespace {oid}"
+                ))
+            })
+    };
+    let root = ferry_repo::load_tree(repo, &index, &snap.tree).await?;
+    let links = ferry_repo::load_tree(repo, &index, &sub(root, "pg_tblspc")?).await?;
+    sub(links, &oid.to_string())
+}
