@@ -149,6 +149,9 @@ pub struct Trees {
     cache: std::collections::HashMap<Id, std::sync::Arc<Tree>>,
 }
 
+/// Trees of at most this many entries stay cached when [`Trees::take`]n.
+const KEEP_SMALL: usize = 4;
+
 /// Trees are preloaded only while they take less than this in the store.
 pub const PRELOAD_MAX: u64 = 256 << 20;
 
@@ -299,6 +302,19 @@ impl Trees {
                 .extend(v.into_iter().map(|(id, t)| (id, std::sync::Arc::new(t))));
         }
         Ok(self)
+    }
+
+    /// Tree `id` from the cache, for a walk that reads each tree once: a large one is taken
+    /// out (the cache shrinks as the walk's entries grow), a small one stays, cloned (every
+    /// empty directory shares one tree; a large subtree met again is read from the store).
+    /// `None` when not cached.
+    pub fn take(&mut self, id: &Id) -> Option<Tree> {
+        let t = self.cache.get(id)?;
+        if t.nodes.len() <= KEEP_SMALL {
+            return Some((**t).clone());
+        }
+        let t = self.cache.remove(id)?;
+        Some(std::sync::Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone()))
     }
 
     /// The tree `id`.

@@ -82,6 +82,40 @@ fn round_trip_local() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// Two directories of hard links to the same files are one tree in the snapshot: the
+/// restore's walk takes a large tree out of its cache the first time and reads it from the
+/// repository the second; both come back.
+#[test]
+fn directories_sharing_one_tree_both_come_back() {
+    let dir = scratch("bk-shared-tree");
+    let src = dir.join("src");
+    let (a, b) = (src.join("a"), src.join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    for i in 0..12 {
+        let name = format!("f{i:02}");
+        std::fs::write(a.join(&name), format!("content {i}").repeat(100 + i)).unwrap();
+        std::fs::hard_link(a.join(&name), b.join(&name)).unwrap();
+    }
+    // The directories' own metadata may differ; their listings must not.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let repo = Repo::local(&dir);
+    repo.ok(&["init"]);
+    let s = repo.ok(&["--json", "backup", src.to_str().unwrap()])["summary"].clone();
+    // 12 contents; one tree per directory backed up but a and b's, which is one; one per
+    // directory above src (the root's included).
+    let (blobs, dirs) = (
+        s["blobs_new"].as_u64().unwrap(),
+        s["dirs"].as_u64().unwrap(),
+    );
+    let above = src.components().count() as u64 - 1;
+    assert_eq!(blobs, 12 + (dirs - 1) + above, "{s}");
+    let out = dir.join("out");
+    repo.ok(&["restore", "latest", "--target", out.to_str().unwrap()]);
+    assert_same_tree(&src, &out.join(src.strip_prefix("/").unwrap()));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn round_trip_minio() {
     let Some(repo) = Repo::s3() else { return };
