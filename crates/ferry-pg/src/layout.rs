@@ -88,21 +88,32 @@ impl PgLayout {
             })
     }
 
+    /// The components of `path` below the data directory; `None` outside it.
+    fn parts<'a>(&self, path: &'a Path) -> Option<Vec<&'a str>> {
+        let rel = path.strip_prefix(&self.root).ok()?;
+        Some(rel.iter().filter_map(|c| c.to_str()).collect())
+    }
+
     /// Relation files: their path relative to the data directory and first block number.
     fn relation_start(&self, path: &Path) -> Option<(String, u64)> {
-        let rel = path.strip_prefix(&self.root).ok()?;
-        let parts: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
-        let name = match parts.as_slice() {
-            ["base", _, f] | ["global", f] | ["pg_tblspc", _, _, _, f] => *f,
-            _ => return None,
-        };
-        relation_of(name)?;
+        let name = relation_name(&self.parts(path)?)?;
         let segment = name
             .split_once('.')
             .and_then(|(_, s)| s.parse::<u64>().ok())
             .unwrap_or(0);
+        let rel = path.strip_prefix(&self.root).ok()?;
         Some((rel.display().to_string(), segment * checksum::SEGMENT_PAGES))
     }
+}
+
+/// The file name of a relation file, given its path's components below the data directory:
+/// `base/DB/FILE`, `global/FILE` or `pg_tblspc/OID/PG_VERSION_CATALOG/DB/FILE`.
+fn relation_name<'a>(parts: &[&'a str]) -> Option<&'a str> {
+    let name = match parts {
+        ["base", _, f] | ["global", f] | ["pg_tblspc", _, _, _, f] => *f,
+        _ => return None,
+    };
+    is_relation_file(name).then_some(name)
 }
 
 /// `12345`, `12345.1`, `12345_fsm`, `12345_vm.2`, `12345_init`.
@@ -138,10 +149,9 @@ fn is_unlogged_data(path: &Path, name: &str) -> bool {
 impl PgLayout {
     /// Whether `path` (and, for a directory, what is under it) is in a base backup.
     pub fn takes(&self, path: &Path) -> bool {
-        let Ok(rel) = path.strip_prefix(&self.root) else {
+        let Some(parts) = self.parts(path) else {
             return true;
         };
-        let parts: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
         let name = parts.last().copied().unwrap_or_default();
         if name == "pg_internal.init" || name.starts_with("pgsql_tmp") {
             return false;
@@ -163,24 +173,17 @@ impl Policy for PgLayout {
         }
         // pg_tblspc/OID links to a tablespace: its files are backed up there, as pg_basebackup
         // does; the restore puts them back where tablespace_map says.
-        let rel = path.strip_prefix(&self.root).ok();
-        match rel.map(|r| r.iter().collect::<Vec<_>>()).as_deref() {
-            Some([top, _]) if *top == "pg_tblspc" => Pick::Follow,
+        match self.parts(path).as_deref() {
+            Some(["pg_tblspc", _]) => Pick::Follow,
             _ => Pick::Take,
         }
     }
 
     fn chunking(&self, path: &Path) -> Chunking {
-        let Ok(rel) = path.strip_prefix(&self.root) else {
-            return Chunking::ContentDefined;
-        };
-        let parts: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
-        let relation = match parts.as_slice() {
-            ["base", _, f] | ["global", f] => is_relation_file(f),
-            ["pg_tblspc", ..] => parts.last().is_some_and(|f| is_relation_file(f)),
-            _ => false,
-        };
-        if relation {
+        if self
+            .parts(path)
+            .is_some_and(|p| relation_name(&p).is_some())
+        {
             Chunking::Fixed(self.block)
         } else {
             Chunking::ContentDefined
