@@ -11,6 +11,7 @@ pub mod manage;
 pub mod mount;
 pub mod pg;
 pub mod pg_check;
+pub mod pg_restore;
 pub mod repair;
 pub mod repo;
 pub mod wal;
