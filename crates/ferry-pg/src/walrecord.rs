@@ -64,22 +64,25 @@ impl Scanner {
     /// The restore points whose records end in `seg`, the segment starting at `seg_start`.
     pub fn scan(&mut self, seg: &[u8], seg_start: u64) -> Vec<RestorePoint> {
         let (body, pieces) = bodies(seg, seg_start);
-        let (mut stream, mut all, from) = match self.next.take() == Some(seg_start) {
-            true => (
-                std::mem::take(&mut self.carry),
-                std::mem::take(&mut self.pieces),
-                0,
-            ),
+        let whole = pieces.len() * page_size(seg) == seg.len() && !pieces.is_empty();
+        let (mut stream, all, from) = match self.next.take() == Some(seg_start) {
+            true => {
+                let (mut carry, mut all) = (
+                    std::mem::take(&mut self.carry),
+                    std::mem::take(&mut self.pieces),
+                );
+                let carried = carry.len();
+                all.extend(pieces.into_iter().map(|(o, lsn)| (o + carried, lsn)));
+                carry.extend_from_slice(&body);
+                (carry, all, 0)
+            }
             // The segment opens with the rest of a record that began before it.
-            false => (Vec::new(), Vec::new(), first_record(seg)),
+            false => (body, pieces, first_record(seg)),
         };
-        let carried = stream.len();
-        all.extend(pieces.into_iter().map(|(o, lsn)| (o + carried, lsn)));
-        stream.extend_from_slice(&body);
         let (found, unfinished) = walk(&stream, &all, from);
         self.carry.clear();
         self.pieces.clear();
-        if let Some(at) = unfinished.filter(|_| valid_to_end(seg, seg_start)) {
+        if let Some(at) = unfinished.filter(|_| whole) {
             self.pieces.push((0, lsn_of(&all, at)));
             self.pieces.extend(
                 all.iter()
@@ -113,12 +116,6 @@ fn page_size(seg: &[u8]) -> usize {
     } else {
         0
     }
-}
-
-/// Whether every page of `seg` is its own (none stale).
-fn valid_to_end(seg: &[u8], seg_start: u64) -> bool {
-    let size = page_size(seg);
-    size > 0 && seg.len().is_multiple_of(size) && pages(seg, seg_start).count() == seg.len() / size
 }
 
 /// The valid pages of `seg`: each page's bytes after its header and the LSN they start at.

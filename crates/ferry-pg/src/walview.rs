@@ -109,11 +109,9 @@ impl WalView {
                 self.segments
                     .range(timeline..)
                     .rev()
+                    .filter(|(_, set)| set.contains(&s))
                     .map(|(t, _)| WalName::segment(*t, s, self.seg_size))
-                    .find(|n| {
-                        self.segments[&n.timeline()].contains(&s)
-                            && !self.dropped.contains(n.as_str())
-                    })
+                    .find(|n| !self.dropped.contains(n.as_str()))
             })
             .collect()
     }
