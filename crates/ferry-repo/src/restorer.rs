@@ -11,9 +11,9 @@ mod select;
 pub use select::Select;
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CString, OsString};
+use std::ffi::CString;
 use std::fs;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -106,8 +106,9 @@ impl Default for Options {
 }
 
 struct Item {
-    /// Path below the target; its last component is the entry's checked name.
-    rel: PathBuf,
+    /// The entry's name in its directory, as checked by [`walk`]. Its path is not kept
+    /// ([`rel`] rebuilds it for messages): 100k paths cost more than their names.
+    name: Box<[u8]>,
     /// The directory's item; `None`: the target itself. (u32: 100k items cost less.)
     parent: Option<u32>,
     node: Node,
@@ -116,8 +117,24 @@ struct Item {
 impl Item {
     /// The entry's name in its directory, as checked by [`walk`].
     fn name(&self) -> &[u8] {
-        self.rel.file_name().unwrap_or_default().as_encoded_bytes()
+        &self.name
     }
+}
+
+/// Item `i`'s path below the target, from its parents' names.
+fn rel(items: &[Item], i: usize) -> PathBuf {
+    let mut names = Vec::new();
+    let mut at = Some(i as u32);
+    while let Some(j) = at {
+        let it = &items[j as usize];
+        names.push(it.name());
+        at = it.parent;
+    }
+    names
+        .iter()
+        .rev()
+        .map(|n| std::ffi::OsStr::from_bytes(n))
+        .collect()
 }
 
 /// The most entries a restore's walk holds ([`crate::limits::walk_entries`]);
@@ -198,7 +215,7 @@ async fn walk(
                 let names = tree.nodes.iter().filter_map(|n| n.checked_name().ok());
                 known.insert(rel.clone(), names.collect());
             }
-            for node in tree.nodes {
+            for mut node in tree.nodes {
                 let name = match node.checked_name() {
                     Ok(n) => n,
                     Err(e) => {
@@ -206,7 +223,7 @@ async fn walk(
                         continue;
                     }
                 };
-                let child = rel.join(OsString::from_vec(name));
+                let child = rel.join(std::ffi::OsStr::from_bytes(&name));
                 if !wanted(&child) {
                     continue;
                 }
@@ -235,8 +252,9 @@ async fn walk(
                     )));
                 }
                 whole.push(inc);
+                node.name = String::new(); // `name` holds it, checked
                 items.push(Item {
-                    rel: child,
+                    name: name.into_boxed_slice(),
                     parent,
                     node,
                 });
@@ -339,18 +357,21 @@ fn delete_extra(
     include: &[PathBuf], select: &Select,
 ) -> (u64, Vec<String>) {
     let within = |rel: &Path| include.is_empty() || include.iter().any(|i| rel.starts_with(i));
-    let mut dirs: Vec<(&Dir, &Path)> = Vec::new();
+    let mut dirs: Vec<(&Dir, PathBuf)> = Vec::new();
     if include.is_empty() && !select.narrows() {
-        dirs.push((&places.root, Path::new("")));
+        dirs.push((&places.root, PathBuf::new()));
     }
-    for (i, it) in items.iter().enumerate() {
-        if let (Some(d), true, true) = (&places.dirs[i], selected[i], within(&it.rel)) {
-            dirs.push((d, &it.rel));
+    for (i, d) in places.dirs.iter().enumerate() {
+        if let (Some(d), true) = (d, selected[i]) {
+            let rel = rel(items, i);
+            if within(&rel) {
+                dirs.push((d, rel));
+            }
         }
     }
     let (mut deleted, mut errors) = (0, Vec::new());
     for (dir, rel) in dirs {
-        let Some(names) = known.get(rel) else {
+        let Some(names) = known.get(&rel) else {
             continue;
         };
         let entries = match dir.entries() {
@@ -511,9 +532,10 @@ impl Writer {
                             ) {
                                 Ok(()) => {}
                                 Err(Failed::Content(e)) => w.bad.push((item, e.to_string())),
-                                Err(Failed::Meta(e)) => w
-                                    .unset
-                                    .push(format!("/{}: metadata: {e}", it.rel.display())),
+                                Err(Failed::Meta(e)) => w.unset.push(format!(
+                                    "/{}: metadata: {e}",
+                                    rel(&self.items, item).display()
+                                )),
                             }
                             continue;
                         }
@@ -866,7 +888,8 @@ async fn finish(
             if let (Some(dir), Some((name, _))) = (places.parent(&items, i), places.temp(i)) {
                 let _ = dir.remove(name);
             }
-            out.errors.push(format!("/{}: {why}", it.rel.display()));
+            out.errors
+                .push(format!("/{}: {why}", rel(&items, i).display()));
         } else if it.node.kind == NodeKind::File && !whole[i] && !left.contains(&i) {
             finish.push(i);
         }
@@ -877,15 +900,15 @@ async fn finish(
     let finished = on_all_cores(finish.len(), move |k| {
         let i = finish[k];
         let it = &its[i];
-        let fail = |e: std::io::Error| (i, format!("/{}: {e}", it.rel.display()));
+        let fail = |e: std::io::Error| (i, format!("/{}: {e}", rel(&its, i).display()));
         let dir = pl
             .parent(&its, i)
-            .ok_or((i, format!("/{}: {NO_PARENT}", it.rel.display())))?;
+            .ok_or_else(|| (i, format!("/{}: {NO_PARENT}", rel(&its, i).display())))?;
         let (name, id) = pl.temp(i).expect("made, or damaged");
         let file = dir.open_temp(name, *id).map_err(fail)?;
         dir.finish(&file, name, it.name(), &meta(&it.node, special), owner)
             .map_err(fail)?
-            .map_err(|e| (i, format!("/{}: metadata: {e}", it.rel.display())))
+            .map_err(|e| (i, format!("/{}: metadata: {e}", rel(&its, i).display())))
     })
     .await?;
     out.errors.extend(finished.into_iter().map(|(_, m)| m));
@@ -898,13 +921,16 @@ async fn finish(
     })
     .await?;
     for (i, e) in made {
-        out.errors.push(format!("/{}: {e}", items[i].rel.display()));
+        out.errors
+            .push(format!("/{}: {e}", rel(&items, i).display()));
     }
     for (first, other) in hardlinks {
         let (a, b) = (&items[first], &items[other]);
         if damaged.contains_key(&first) {
-            out.errors
-                .push(format!("/{}: hard link to a damaged file", b.rel.display()));
+            out.errors.push(format!(
+                "/{}: hard link to a damaged file",
+                rel(&items, other).display()
+            ));
             continue;
         }
         let linked = match (places.parent(&items, first), places.parent(&items, other)) {
@@ -912,7 +938,8 @@ async fn finish(
             _ => Err(std::io::Error::other(NO_PARENT)),
         };
         if let Err(e) = linked {
-            out.errors.push(format!("/{}: {e}", b.rel.display()));
+            out.errors
+                .push(format!("/{}: {e}", rel(&items, other).display()));
         }
     }
     if opts.delete {
@@ -926,7 +953,7 @@ async fn finish(
         if let Some(d) = &places.dirs[i] {
             if let Err(e) = d.set_meta(&meta(&it.node, special), owner) {
                 out.errors
-                    .push(format!("/{}: metadata: {e}", it.rel.display()));
+                    .push(format!("/{}: metadata: {e}", rel(&items, i).display()));
             }
         }
     }

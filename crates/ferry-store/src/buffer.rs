@@ -13,7 +13,48 @@ pub const POOL_BYTES: usize = 32 << 20;
 /// Smaller buffers come from the allocator as usual: its own free lists serve them well.
 const MIN_POOLED: usize = 64 << 10;
 
-static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+/// A pooled buffer not taken again within this many takes goes back to the allocator: a
+/// size no block asks for any more (a restore's blobs vary in size) would otherwise sit in
+/// the pool as idle memory up to its bound.
+const STALE_TAKES: u64 = 8;
+
+/// Idle buffers, oldest first, each with the count of takes when it came back.
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    idle: Vec::new(),
+    takes: 0,
+});
+
+struct Pool {
+    idle: Vec<(Vec<u8>, u64)>,
+    takes: u64,
+}
+
+impl Pool {
+    /// The most recently pooled vector with a capacity of `len` to twice that, so that a
+    /// small block does not pin a large buffer.
+    fn take(&mut self, len: usize) -> Option<Vec<u8>> {
+        self.takes += 1;
+        let i = self
+            .idle
+            .iter()
+            .rposition(|(b, _)| b.capacity() >= len && b.capacity() / 2 <= len)?;
+        Some(self.idle.remove(i).0)
+    }
+
+    /// Keeps `buf` for a later take; returns what goes back to the allocator: the oldest,
+    /// over the bound or stale (the sizes in use now are the newest's).
+    fn put(&mut self, buf: Vec<u8>) -> Vec<(Vec<u8>, u64)> {
+        let now = self.takes;
+        self.idle.push((buf, now));
+        let mut held: usize = self.idle.iter().map(|(b, _)| b.capacity()).sum();
+        let mut old = 0;
+        while old < self.idle.len() && (held > POOL_BYTES || self.idle[old].1 + STALE_TAKES < now) {
+            held -= self.idle[old].0.capacity();
+            old += 1;
+        }
+        self.idle.drain(..old).collect()
+    }
+}
 
 /// A buffer of some length whose memory returns to the pool when dropped, also from inside
 /// the [`Bytes`] made by [`Buffer::freeze`].
@@ -70,14 +111,9 @@ fn class(len: usize) -> usize {
     len.div_ceil(step) * step
 }
 
-/// The most recently pooled vector with a capacity of `len` to twice that, so that a small
-/// block does not pin a large buffer.
+/// A pooled vector for `len` bytes ([`Pool::take`]).
 fn pooled(len: usize) -> Option<Vec<u8>> {
-    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    let i = pool
-        .iter()
-        .rposition(|b| b.capacity() >= len && b.capacity() / 2 <= len)?;
-    Some(pool.remove(i))
+    POOL.lock().unwrap_or_else(|e| e.into_inner()).take(len)
 }
 
 impl Buffer {
@@ -121,18 +157,9 @@ impl Drop for Buffer {
         if self.buf.capacity() < MIN_POOLED {
             return;
         }
-        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        pool.push(std::mem::take(&mut self.buf));
-        // Over the bound, the oldest go: the sizes in use now are those of the newest.
-        let mut held: usize = pool.iter().map(Vec::capacity).sum();
-        let mut old = 0;
-        while held > POOL_BYTES {
-            held -= pool[old].capacity();
-            old += 1;
-        }
+        let buf = std::mem::take(&mut self.buf);
+        let evicted = POOL.lock().unwrap_or_else(|e| e.into_inner()).put(buf);
         // Freed after the lock is released: unmapping is a system call.
-        let evicted: Vec<Vec<u8>> = pool.drain(..old).collect();
-        drop(pool);
         drop(evicted);
     }
 }
@@ -157,6 +184,35 @@ mod tests {
         // Far smaller blocks do not take it.
         drop(got);
         assert!(take(MIN_POOLED).as_ptr() != ptr);
+    }
+
+    #[test]
+    fn a_size_no_one_asks_for_again_leaves_the_pool() {
+        let mut pool = Pool {
+            idle: Vec::new(),
+            takes: 0,
+        };
+        let (odd, usual) = (3 << 20, 1 << 20);
+        assert!(pool.put(Vec::with_capacity(odd)).is_empty());
+        // Blocks of the usual size come and go; the odd one is never asked for.
+        for _ in 0..STALE_TAKES {
+            let b = pool
+                .take(usual)
+                .unwrap_or_else(|| Vec::with_capacity(usual));
+            assert!(pool.put(b).is_empty(), "evicted before it went stale");
+        }
+        let b = pool.take(usual).expect("the usual buffer stays");
+        let evicted = pool.put(b);
+        assert_eq!(evicted.len(), 1);
+        assert_eq!(evicted[0].0.capacity(), odd);
+        assert_eq!(pool.idle.len(), 1);
+        assert_eq!(pool.idle[0].0.capacity(), usual);
+        // Over the bound, the oldest go even when fresh.
+        for _ in 0..(POOL_BYTES / usual) {
+            pool.put(Vec::with_capacity(usual));
+        }
+        let held: usize = pool.idle.iter().map(|(b, _)| b.capacity()).sum();
+        assert!(held <= POOL_BYTES);
     }
 
     #[test]
