@@ -173,6 +173,9 @@ pub enum Command {
     WalAgent(WalAgentArgs),
     /// PostgreSQL base backups and point-in-time restores (with the WAL archive).
     Pg(PgArgs),
+    /// Serve one store to many tenants over HTTPS (ferry's protocol and restic's REST v2), as
+    /// the [serve] table of the config file (--config) says: see docs/serve.md.
+    Serve(ServeArgs),
 }
 
 /// WAL archiving settings, shared by the wal-* commands.
@@ -666,6 +669,14 @@ pub enum KeyCmd {
         /// The key file's id or a unique prefix of it.
         id: String,
     },
+}
+
+/// `ferry serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Print a new tenant token and the SHA-256 that goes into serve.toml, and exit.
+    #[arg(long)]
+    pub new_token: bool,
 }
 
 /// `ferry mkdir`.

@@ -77,6 +77,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::WalStatus(args) => cmd::wal::status_cmd(args, ctx).await,
         Command::WalAgent(args) => cmd::wal::agent_cmd(args, ctx).await,
         Command::Pg(a) => cmd::pg::run(&a.cmd, ctx).await,
+        Command::Serve(a) => cmd::serve::run(a, ctx).await,
     }
 }
 

@@ -37,6 +37,8 @@ struct File {
     rados: RadosFile,
     #[serde(default)]
     backup: BackupFile,
+    /// `ferry serve`'s settings (its own crate reads them).
+    serve: Option<ferry_serve::Config>,
 }
 
 /// The `[backup]` table of `ferry.toml`: what every backup leaves out.
@@ -255,6 +257,8 @@ pub struct Settings {
     wal_file: WalFile,
     backup_file: BackupFile,
     pass: Vec<Pass>,
+    /// The `[serve]` table, for `ferry serve`.
+    pub serve: Option<ferry_serve::Config>,
 }
 
 /// The config file and where it was read from (none found: the defaults).
@@ -544,6 +548,7 @@ impl Settings {
             rados,
             wal_file: file.wal,
             backup_file: file.backup,
+            serve: file.serve,
         })
     }
 

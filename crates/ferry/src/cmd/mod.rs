@@ -14,6 +14,7 @@ pub mod pg_check;
 pub mod pg_restore;
 pub mod repair;
 pub mod repo;
+pub mod serve;
 pub mod wal;
 
 /// A non-zero exit that is not an error in the usual sense.

@@ -1,0 +1,143 @@
+//! `serve.toml`: where to listen, the certificate, the backend, the limits and the tenants.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::sched::Limits;
+
+/// What one server process serves: the `[serve]` table of ferry's config file (or a file
+/// of its own, [`Config::load`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address and port to listen on (`127.0.0.1:8443`).
+    pub listen: String,
+    /// Where objects go: any location ferry opens (a directory, `s3://bucket/prefix`, ...).
+    pub backend: String,
+    /// PEM certificate chain and private key: the server speaks HTTPS only.
+    pub tls_cert: PathBuf,
+    /// See [`Config::tls_cert`].
+    pub tls_key: PathBuf,
+    /// SHA-256 of the token `/metrics` asks for; without it, `/metrics` is open (bind to
+    /// loopback then).
+    #[serde(default)]
+    pub metrics_token_sha256: Option<String>,
+    /// Scheduling and memory bounds.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Who may use the server.
+    #[serde(rename = "tenant", default)]
+    pub tenants: Vec<Tenant>,
+}
+
+/// One client of the server: its own prefix, token, role and quota.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tenant {
+    /// The tenant's name: the first segment of every path it uses, and its prefix.
+    pub name: String,
+    /// SHA-256 (hex) of the tenant's token. Tokens are 32 random bytes, so a slow hash
+    /// would buy nothing and cost every request.
+    pub token_sha256: String,
+    /// What the tenant may do.
+    pub role: Role,
+    /// Most bytes the tenant may hold (`10GiB`); none when absent.
+    #[serde(default)]
+    pub quota: Option<String>,
+}
+
+/// What a tenant may do inside its prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Read and list.
+    Read,
+    /// Read, list, and create objects that do not exist; never delete or overwrite (restic
+    /// locks excepted: a client removes its own lock).
+    AppendOnly,
+    /// Everything inside the prefix.
+    Admin,
+}
+
+/// Names a tenant may not take: the server's own paths.
+const RESERVED: &[&str] = &["v1", "metrics", "healthz"];
+
+impl Config {
+    /// Reads and checks `path`.
+    pub fn load(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let c: Config = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        c.check().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(c)
+    }
+
+    /// Checks what serde cannot: tenant names, token hashes, quotas.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for t in &self.tenants {
+            let ok = !t.name.is_empty()
+                && t.name.len() <= 64
+                && t.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && !RESERVED.contains(&t.name.as_str());
+            if !ok {
+                return Err(format!(
+                    "tenant name {:?}: letters, digits, - and _ only, at most 64, not {RESERVED:?}",
+                    t.name
+                ));
+            }
+            if !seen.insert(&t.name) {
+                return Err(format!("tenant {} is listed twice", t.name));
+            }
+            parse_hash(&t.token_sha256).map_err(|e| format!("tenant {}: {e}", t.name))?;
+            t.quota_bytes()
+                .map_err(|e| format!("tenant {}: {e}", t.name))?;
+        }
+        if let Some(h) = &self.metrics_token_sha256 {
+            parse_hash(h).map_err(|e| format!("metrics_token_sha256: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Tenant {
+    /// The quota in bytes, if any.
+    pub fn quota_bytes(&self) -> Result<Option<u64>, String> {
+        self.quota
+            .as_deref()
+            .map(|q| ferry_store::size::parse(q).ok_or(format!("quota {q:?}: not a size")))
+            .transpose()
+    }
+
+    /// True when `token` is this tenant's, compared in constant time.
+    pub fn token_matches(&self, token: &[u8]) -> bool {
+        hash_matches(&self.token_sha256, token)
+    }
+}
+
+/// True when SHA-256 of `token` is `hash_hex`, compared in constant time.
+pub fn hash_matches(hash_hex: &str, token: &[u8]) -> bool {
+    let Ok(want) = parse_hash(hash_hex) else {
+        return false;
+    };
+    let got: [u8; 32] = Sha256::digest(token).into();
+    got.ct_eq(&want).into()
+}
+
+fn parse_hash(h: &str) -> Result<[u8; 32], String> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(h, &mut out).map_err(|_| "token_sha256: 64 hex digits".to_string())?;
+    Ok(out)
+}
+
+/// A new token (32 random bytes, hex) and its SHA-256 for `serve.toml`.
+pub fn new_token() -> (String, String) {
+    let bytes: [u8; 32] = rand::random();
+    let token = hex::encode(bytes);
+    let hash = hex::encode(Sha256::digest(token.as_bytes()));
+    (token, hash)
+}

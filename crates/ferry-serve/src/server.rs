@@ -1,0 +1,402 @@
+//! The HTTPS listener: TLS, HTTP/1.1, authentication, and each request taken from parsing to
+//! the store and back, counted and logged.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, RANGE, RETRY_AFTER};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::config::{hash_matches, Config};
+use crate::metrics::{Done, Metrics};
+use crate::route::{self, Op, Route};
+use crate::sched::{Class, Scheduler};
+use crate::store::{Objects, Refused, TenantState};
+
+/// restic's v2 listing type: names with sizes.
+const RESTIC_V2: &str = "application/vnd.x.restic.rest.v2";
+/// Longest request head (request line and headers); past it, 431.
+const MAX_HEAD: usize = 64 << 10;
+/// A TLS handshake, or a request's head, must arrive within this.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The server: its tenants' objects, its scheduler and its counters.
+#[derive(Debug)]
+pub struct Server {
+    objects: Objects,
+    sched: Arc<Scheduler>,
+    metrics: Metrics,
+    /// Bytes of bodies in memory, in KiB permits.
+    bodies: Arc<Semaphore>,
+    metrics_token: Option<String>,
+}
+
+type Reply = Response<Full<Bytes>>;
+
+fn reply(status: u16, body: impl Into<Bytes>) -> Reply {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r
+}
+
+fn refuse(e: &Refused) -> Reply {
+    let mut r = reply(e.status, format!("{}\n", e.why));
+    if e.status == 401 {
+        r.headers_mut().insert(
+            "www-authenticate",
+            "Basic realm=\"ferry\"".parse().expect("valid"),
+        );
+    }
+    r
+}
+
+fn kib(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX)
+}
+
+impl Server {
+    /// A server for `cfg`'s tenants over `backend`, objects under `base` in it.
+    pub fn new(
+        cfg: &Config, backend: ferry_transfer::Remote, base: &str,
+    ) -> Result<Server, String> {
+        let size =
+            |s: &str| ferry_store::size::parse(s).ok_or(format!("limits: {s:?} is not a size"));
+        let (body_memory, max_body) = (size(&cfg.limits.body_memory)?, size(&cfg.limits.max_body)?);
+        if max_body > body_memory {
+            return Err("limits: max_body is above body_memory".into());
+        }
+        Ok(Server {
+            objects: Objects::new(backend, base, &cfg.tenants, max_body),
+            sched: Scheduler::new(&cfg.limits),
+            metrics: Metrics::default(),
+            bodies: Arc::new(Semaphore::new(kib(body_memory) as usize)),
+            metrics_token: cfg.metrics_token_sha256.clone(),
+        })
+    }
+
+    /// Serves HTTPS on `listener` with `tls` until the task is dropped.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: Arc<rustls::ServerConfig>) {
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors, most often: wait for some to close.
+                    eprintln!("ferry serve: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, me) = (acceptor.clone(), self.clone());
+            tokio::spawn(async move {
+                let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await
+                else {
+                    return;
+                };
+                let service = hyper::service::service_fn(move |req| {
+                    let me = me.clone();
+                    async move { Ok::<_, Infallible>(me.handle(peer, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEAD_TIMEOUT)
+                    .max_buf_size(MAX_HEAD)
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    }
+
+    /// Answers one request.
+    pub async fn handle(&self, peer: SocketAddr, req: Request<Incoming>) -> Reply {
+        let start = Instant::now();
+        let (method, path) = (req.method().clone(), req.uri().path().to_string());
+        // hyper bounds its read buffer, but a head that arrived whole in a few reads can pass
+        // it: the bound is checked here too.
+        let head: usize = req.uri().to_string().len()
+            + req
+                .headers()
+                .iter()
+                .map(|(k, v)| k.as_str().len() + v.len() + 4)
+                .sum::<usize>();
+        if head > MAX_HEAD {
+            return reply(431, "the request's head is too large\n");
+        }
+        match path.as_str() {
+            "/healthz" => return reply(200, "ok\n"),
+            "/metrics" => {
+                let open = self.metrics_token.as_deref().is_none_or(|h| {
+                    bearer(req.headers()).is_some_and(|t| hash_matches(h, t.as_bytes()))
+                });
+                return match open {
+                    true => reply(200, self.metrics.encode(&self.sched)),
+                    false => refuse(&Refused::new(401, "a token is needed")),
+                };
+            }
+            _ => {}
+        }
+        let who = self.authenticate(req.headers());
+        let route = route::parse(&method, &path, req.uri().query());
+        let (reply, class, done, tenant) = match (who, route) {
+            (None, _) => (
+                refuse(&Refused::new(401, "unknown or missing token")),
+                None,
+                Done::default(),
+                None,
+            ),
+            (Some(t), Err(e)) => (
+                refuse(&Refused::new(400, e)),
+                None,
+                Done::default(),
+                Some(t),
+            ),
+            (Some(t), Ok(r)) if r.tenant != t.cfg.name => (
+                refuse(&Refused::new(403, "another tenant's objects")),
+                Some(r.class),
+                Done::default(),
+                Some(t),
+            ),
+            (Some(t), Ok(r)) => {
+                let class = r.class;
+                let (reply, done) = self.run(t, r, req).await;
+                (reply, Some(class), done, Some(t))
+            }
+        };
+        let status = reply.status().as_u16();
+        let done = Done { status, ..done };
+        if let (Some(t), Some(c)) = (tenant, class) {
+            self.metrics.record(&t.cfg.name, c, &done);
+        }
+        log(peer, tenant, class, &method, &path, &done, start);
+        reply
+    }
+
+    /// The tenant the request's credentials name: HTTP Basic (restic: the user is the
+    /// tenant, the password its token) or a bearer token.
+    fn authenticate(&self, h: &HeaderMap) -> Option<&TenantState> {
+        let auth = h.get(AUTHORIZATION)?.to_str().ok()?;
+        if let Some(b) = auth.strip_prefix("Basic ") {
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .ok()?;
+            let raw = String::from_utf8(raw).ok()?;
+            let (user, pass) = raw.split_once(':')?;
+            let t = self.objects.tenant(user)?;
+            return t.cfg.token_matches(pass.as_bytes()).then_some(t);
+        }
+        let token = bearer(h)?;
+        self.objects
+            .tenants()
+            .find(|t| t.cfg.token_matches(token.as_bytes()))
+    }
+
+    /// Runs an authenticated request of `t`.
+    async fn run(&self, t: &TenantState, r: Route, req: Request<Incoming>) -> (Reply, Done) {
+        let mut done = Done::default();
+        let headers = req.headers().clone();
+        // Writes: refused before the body is read, then read whole (its length checked)
+        // before a slot is taken: a slow client holds its memory, not a slot.
+        let body = if let Op::Put { .. } = r.op {
+            match self.read_body(t, req).await {
+                Ok(b) => Some(b),
+                Err(e) => return (refuse(&e), done),
+            }
+        } else {
+            None
+        };
+        let waited = Instant::now();
+        let permit = match self.sched.admit(&t.cfg.name, r.class).await {
+            Ok(p) => p,
+            Err(busy) => {
+                let mut rep = refuse(&Refused::new(503, "busy: try again after Retry-After"));
+                rep.headers_mut()
+                    .insert(RETRY_AFTER, busy.retry_after.as_secs().into());
+                return (rep, done);
+            }
+        };
+        done.wait = waited.elapsed();
+        let served = Instant::now();
+        let reply = match self.op(t, &r, &headers, body, &mut done).await {
+            Ok(rep) => rep,
+            Err(e) => refuse(&e),
+        };
+        drop(permit);
+        done.service = served.elapsed();
+        (reply, done)
+    }
+
+    async fn read_body(&self, t: &TenantState, req: Request<Incoming>) -> Result<Bytes, Refused> {
+        let len = req
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .ok_or_else(|| Refused::new(411, "a Content-Length is needed"))?;
+        self.objects.may_write(t, len).await?;
+        let _memory = tokio::time::timeout(
+            HEAD_TIMEOUT,
+            self.bodies.clone().acquire_many_owned(kib(len)),
+        )
+        .await
+        .map_err(|_| Refused::new(503, "busy: too many bodies in memory"))?
+        .map_err(|_| Refused::new(503, "shutting down"))?;
+        let body = Limited::new(req.into_body(), len as usize)
+            .collect()
+            .await
+            .map_err(|e| Refused::new(400, format!("the body did not arrive whole: {e}")))?
+            .to_bytes();
+        if body.len() as u64 != len {
+            return Err(Refused::new(
+                400,
+                "the body is shorter than its Content-Length",
+            ));
+        }
+        Ok(body)
+    }
+
+    async fn op(
+        &self, t: &TenantState, r: &Route, headers: &HeaderMap, body: Option<Bytes>,
+        done: &mut Done,
+    ) -> Result<Reply, Refused> {
+        let o = &self.objects;
+        Ok(match &r.op {
+            Op::Create => reply(200, ""),
+            Op::Head { key } => {
+                let size = o.head(t, r.class, key).await?;
+                let mut rep = reply(200, "");
+                rep.headers_mut().insert(CONTENT_LENGTH, size.into());
+                rep
+            }
+            Op::Get { key } => {
+                let range = range(headers)?;
+                let ranged = range.is_some();
+                let (bytes, rg, size) = o.get(t, r.class, key, range).await?;
+                done.bytes_out = bytes.len() as u64;
+                let mut rep = reply(if ranged { 206 } else { 200 }, bytes);
+                if ranged {
+                    let v = format!("bytes {}-{}/{size}", rg.start, rg.end.saturating_sub(1));
+                    rep.headers_mut()
+                        .insert("content-range", v.parse().expect("ascii"));
+                }
+                rep
+            }
+            Op::Put { key } => {
+                let body = body.expect("read before");
+                done.bytes_in = body.len() as u64;
+                o.put(t, r.class, key, body).await?;
+                reply(200, "")
+            }
+            Op::Delete { key } => {
+                let size = o.delete(t, r.class, key, r.lock).await?;
+                audit(&t.cfg.name, key, size);
+                reply(200, "")
+            }
+            Op::List { prefix, restic } => {
+                let all = o.list(t, r.class, prefix, *restic).await?;
+                let v2 = headers
+                    .get(http::header::ACCEPT)
+                    .is_some_and(|a| a.as_bytes() == RESTIC_V2.as_bytes());
+                let (json, kind) = match (restic, v2) {
+                    (true, false) => (
+                        serde_json::json!(all.iter().map(|l| &l.key).collect::<Vec<_>>()),
+                        "application/json",
+                    ),
+                    (true, true) => (
+                        serde_json::json!(all
+                            .iter()
+                            .map(|l| serde_json::json!({"name": l.key, "size": l.size}))
+                            .collect::<Vec<_>>()),
+                        RESTIC_V2,
+                    ),
+                    (false, _) => (
+                        serde_json::json!(all
+                            .iter()
+                            .map(|l| serde_json::json!({"key": l.key, "size": l.size}))
+                            .collect::<Vec<_>>()),
+                        "application/json",
+                    ),
+                };
+                let body = serde_json::to_vec(&json).expect("serialisable");
+                done.bytes_out = body.len() as u64;
+                let mut rep = reply(200, body);
+                rep.headers_mut()
+                    .insert(CONTENT_TYPE, kind.parse().expect("ascii"));
+                rep
+            }
+        })
+    }
+}
+
+fn bearer(h: &HeaderMap) -> Option<&str> {
+    h.get(AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+/// `Range: bytes=A-B` or `bytes=A-` as a half-open range; one range only.
+fn range(h: &HeaderMap) -> Result<Option<Range<u64>>, Refused> {
+    let Some(v) = h.get(RANGE) else {
+        return Ok(None);
+    };
+    let bad = || Refused::new(416, "one range, bytes=A-B or bytes=A-");
+    let spec = v
+        .to_str()
+        .ok()
+        .and_then(|s| s.strip_prefix("bytes="))
+        .ok_or_else(bad)?;
+    let (a, b) = spec.split_once('-').ok_or_else(bad)?;
+    let a: u64 = a.parse().map_err(|_| bad())?;
+    if b.is_empty() {
+        return Ok(Some(a..u64::MAX));
+    }
+    let b: u64 = b.parse().map_err(|_| bad())?;
+    if b < a {
+        return Err(bad());
+    }
+    Ok(Some(a..b + 1))
+}
+
+/// One JSON line per request on stderr; never a token, nor a header.
+fn log(
+    peer: SocketAddr, t: Option<&TenantState>, class: Option<Class>, m: &Method, path: &str,
+    d: &Done, start: Instant,
+) {
+    let line = serde_json::json!({
+        "peer": peer.to_string(),
+        "tenant": t.map(|t| t.cfg.name.as_str()),
+        "class": class.map(Class::name),
+        "method": m.as_str(),
+        "path": path,
+        "status": d.status,
+        "in": d.bytes_in,
+        "out": d.bytes_out,
+        "wait_ms": d.wait.as_secs_f64() * 1e3,
+        "service_ms": d.service.as_secs_f64() * 1e3,
+        "total_ms": start.elapsed().as_secs_f64() * 1e3,
+    });
+    eprintln!("{line}");
+}
+
+/// The audit line of a delete.
+fn audit(tenant: &str, key: &str, size: u64) {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    eprintln!(
+        "{}",
+        serde_json::json!({"audit": "delete", "tenant": tenant, "key": key, "size": size, "unix": at})
+    );
+}

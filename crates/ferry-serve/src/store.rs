@@ -1,0 +1,305 @@
+//! The tenants' objects in the backend: each tenant under `BASE/TENANT/`, with its role
+//! enforced and its quota counted here, whatever protocol the request came in.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use ferry_store::Error;
+use ferry_transfer::Remote;
+use tokio::sync::OnceCell;
+
+use crate::config::{Role, Tenant};
+use crate::sched::Class;
+
+/// Why a request was refused, as an HTTP status and a line.
+#[derive(Debug)]
+pub struct Refused {
+    /// The status.
+    pub status: u16,
+    /// Why, for the client (never a secret).
+    pub why: String,
+}
+
+impl Refused {
+    /// A refusal with `status`.
+    pub fn new(status: u16, why: impl Into<String>) -> Refused {
+        Refused {
+            status,
+            why: why.into(),
+        }
+    }
+}
+
+impl From<Error> for Refused {
+    fn from(e: Error) -> Refused {
+        let status = match &e {
+            Error::NotFound(_) => 404,
+            Error::AlreadyExists(_) => 409,
+            Error::Invalid(_) => 400,
+            // The backend refused the server, or failed for now: not the client's fault.
+            Error::Denied(_) | Error::Permanent(_) | Error::Checksum(_) => 502,
+            Error::Transient(_) => 503,
+        };
+        Refused::new(status, e.to_string())
+    }
+}
+
+/// One tenant's settings and the bytes it holds.
+#[derive(Debug)]
+pub struct TenantState {
+    /// As `serve.toml` says.
+    pub cfg: Tenant,
+    quota: Option<u64>,
+    /// Bytes under the tenant's prefix: counted by one listing at its first write, then
+    /// kept by the server's own writes and deletes.
+    used: OnceCell<AtomicU64>,
+}
+
+/// The backend, seen per tenant.
+#[derive(Debug)]
+pub struct Objects {
+    backend: Remote,
+    base: String,
+    tenants: HashMap<String, TenantState>,
+    /// Keys being written by an append-only tenant: two creates of one key do not both
+    /// pass the "does not exist" check.
+    creating: Mutex<HashSet<String>>,
+    max_body: u64,
+}
+
+/// An object listed: its key below the listed prefix, and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Key below the tenant's prefix.
+    pub key: String,
+    /// Bytes.
+    pub size: u64,
+}
+
+impl Objects {
+    /// The tenants' objects under `base` in `backend`.
+    pub fn new(backend: Remote, base: &str, tenants: &[Tenant], max_body: u64) -> Objects {
+        let base = base.trim_end_matches('/');
+        let tenants = tenants
+            .iter()
+            .map(|t| {
+                let state = TenantState {
+                    quota: t.quota_bytes().ok().flatten(),
+                    cfg: t.clone(),
+                    used: OnceCell::new(),
+                };
+                (t.name.clone(), state)
+            })
+            .collect();
+        Objects {
+            backend,
+            base: if base.is_empty() {
+                String::new()
+            } else {
+                format!("{base}/")
+            },
+            tenants,
+            creating: Mutex::new(HashSet::new()),
+            max_body,
+        }
+    }
+
+    /// The tenant named `name`.
+    pub fn tenant(&self, name: &str) -> Option<&TenantState> {
+        self.tenants.get(name)
+    }
+
+    /// Every tenant.
+    pub fn tenants(&self) -> impl Iterator<Item = &TenantState> {
+        self.tenants.values()
+    }
+
+    /// The largest body one request may carry.
+    pub fn max_body(&self) -> u64 {
+        self.max_body
+    }
+
+    fn full(&self, t: &TenantState, key: &str) -> String {
+        format!("{}{}/{key}", self.base, t.cfg.name)
+    }
+
+    fn remote(&self, class: Class) -> Remote {
+        self.backend.with_class(match class {
+            Class::Urgent => ferry_transfer::Class::Urgent,
+            _ => ferry_transfer::Class::Bulk,
+        })
+    }
+
+    async fn used<'a>(&self, t: &'a TenantState) -> Result<&'a AtomicU64, Refused> {
+        t.used
+            .get_or_try_init(|| async {
+                let all = self.backend.list(&self.full(t, "")).await?;
+                Ok::<_, Error>(AtomicU64::new(all.iter().map(|o| o.size).sum()))
+            })
+            .await
+            .map_err(Refused::from)
+    }
+
+    /// Refuses a write of `len` bytes before its body is read: too large, or past the quota.
+    pub async fn may_write(&self, t: &TenantState, len: u64) -> Result<(), Refused> {
+        if t.cfg.role == Role::Read {
+            return Err(Refused::new(403, "this tenant may only read"));
+        }
+        if len > self.max_body {
+            return Err(Refused::new(
+                413,
+                format!("bodies are at most {} bytes", self.max_body),
+            ));
+        }
+        if let Some(q) = t.quota {
+            let used = self.used(t).await?.load(Ordering::Relaxed);
+            if used.saturating_add(len) > q {
+                return Err(Refused::new(
+                    507,
+                    format!("quota: {used} of {q} bytes used"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Size of an object.
+    pub async fn head(&self, t: &TenantState, class: Class, key: &str) -> Result<u64, Refused> {
+        Ok(self.remote(class).head(&self.full(t, key)).await?.size)
+    }
+
+    /// `range` of an object (all of it when `None`), and its whole size.
+    pub async fn get(
+        &self, t: &TenantState, class: Class, key: &str, range: Option<Range<u64>>,
+    ) -> Result<(Bytes, Range<u64>, u64), Refused> {
+        let (full, remote) = (self.full(t, key), self.remote(class));
+        let size = remote.head(&full).await?.size;
+        // A range past the end is cut at it; one that starts past it is refused.
+        let range = range.map_or(0..size, |r| r.start..r.end.min(size));
+        if range.start > range.end || (range.start >= size && size > 0) {
+            return Err(Refused::new(416, format!("the object has {size} bytes")));
+        }
+        if range.end - range.start > self.max_body {
+            return Err(Refused::new(
+                413,
+                format!("ranges are at most {} bytes", self.max_body),
+            ));
+        }
+        if range.is_empty() {
+            return Ok((Bytes::new(), range, size));
+        }
+        Ok((remote.get_range(&full, range.clone()).await?, range, size))
+    }
+
+    /// Stores `body` at `key`: an append-only tenant only where nothing is.
+    pub async fn put(
+        &self, t: &TenantState, class: Class, key: &str, body: Bytes,
+    ) -> Result<(), Refused> {
+        let (full, remote) = (self.full(t, key), self.remote(class));
+        let append = t.cfg.role == Role::AppendOnly;
+        let _claim = if append {
+            Some(Claim::take(&self.creating, &full)?)
+        } else {
+            None
+        };
+        let old = if append || t.quota.is_some() {
+            match remote.head(&full).await {
+                Ok(o) => Some(o.size),
+                Err(Error::NotFound(_)) => None,
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            None
+        };
+        if append && old.is_some() {
+            return Err(Refused::new(403, "append-only: the object exists"));
+        }
+        let len = body.len() as u64;
+        remote.upload_bytes(body, &full).await?;
+        if t.quota.is_some() {
+            let used = self.used(t).await?;
+            used.fetch_add(len, Ordering::Relaxed);
+            used.fetch_sub(
+                old.unwrap_or(0).min(used.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
+        }
+        Ok(())
+    }
+
+    /// Deletes `key`; returns its size (for the audit line). Append-only tenants may delete
+    /// only restic locks (`lock`).
+    pub async fn delete(
+        &self, t: &TenantState, class: Class, key: &str, lock: bool,
+    ) -> Result<u64, Refused> {
+        match t.cfg.role {
+            Role::Admin => {}
+            Role::AppendOnly if lock => {}
+            _ => return Err(Refused::new(403, "this tenant may not delete")),
+        }
+        let (full, remote) = (self.full(t, key), self.remote(class));
+        let size = match remote.head(&full).await {
+            Ok(o) => o.size,
+            Err(Error::NotFound(_)) => return Err(Refused::new(404, "no such object")),
+            Err(e) => return Err(e.into()),
+        };
+        remote.delete(&full).await?;
+        if let Some(used) = t.used.get() {
+            used.fetch_sub(size.min(used.load(Ordering::Relaxed)), Ordering::Relaxed);
+        }
+        Ok(size)
+    }
+
+    /// Objects under `prefix`, sorted; restic's listings give the last segment only (data
+    /// files sit one level of fan-out down).
+    pub async fn list(
+        &self, t: &TenantState, class: Class, prefix: &str, restic: bool,
+    ) -> Result<Vec<Listed>, Refused> {
+        let full = self.full(t, prefix);
+        let all = match self.remote(class).list(&full).await {
+            Ok(all) => all,
+            Err(Error::NotFound(_)) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(all
+            .into_iter()
+            .filter_map(|o| {
+                let rel = o.key.strip_prefix(&full)?;
+                let key = match restic {
+                    true => rel.rsplit('/').next()?.to_string(),
+                    false => format!("{prefix}{rel}"),
+                };
+                Some(Listed { key, size: o.size })
+            })
+            .collect())
+    }
+}
+
+/// A key claimed for the time of one create.
+struct Claim<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    key: String,
+}
+
+impl<'a> Claim<'a> {
+    fn take(set: &'a Mutex<HashSet<String>>, key: &str) -> Result<Claim<'a>, Refused> {
+        let mut s = set.lock().unwrap_or_else(|e| e.into_inner());
+        if !s.insert(key.to_string()) {
+            return Err(Refused::new(409, "the object is being written"));
+        }
+        Ok(Claim {
+            set,
+            key: key.to_string(),
+        })
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut s = self.set.lock().unwrap_or_else(|e| e.into_inner());
+        s.remove(&self.key);
+    }
+}

@@ -1,0 +1,372 @@
+//! `ferry serve` against real clients and an attacker's requests: restic 0.19.1 through its
+//! REST backend, tenants confined to their prefixes and roles, bad requests refused with
+//! nothing changed.
+
+mod common;
+mod servekit;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{s, temp_dir};
+use servekit::Served;
+
+const LIMITS: &str = "max_body = \"1MiB\"\nbody_memory = \"8MiB\"";
+
+fn restic(served: &Served, tenant: &str, repo: &str, args: &[&str]) -> Option<Output> {
+    let bin = ferry_testkit::tool("restic")?;
+    let cache = served.dir.join("restic-cache");
+    Some(
+        Command::new(bin)
+            .args(["--cacert", s(&served.ca)])
+            .args(args)
+            .env("RESTIC_REPOSITORY", served.restic_url(tenant, repo))
+            .env("RESTIC_PASSWORD", "pw")
+            .env("RESTIC_CACHE_DIR", &cache)
+            .output()
+            .expect("run restic"),
+    )
+}
+
+fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A small tree with a file larger than restic's 512 KiB minimum pack fill.
+fn tree(d: &Path) {
+    std::fs::create_dir_all(d.join("sub/deeper")).unwrap();
+    ferry_testkit::random_file(&d.join("big"), 3 << 20, 7);
+    std::fs::write(d.join("sub/a.txt"), "alpha\n").unwrap();
+    std::fs::write(d.join("sub/deeper/b.txt"), "beta\n").unwrap();
+}
+
+#[test]
+fn restic_init_backup_check_restore_forget_prune_through_ferry_serve() {
+    let served = Served::start("");
+    let src = temp_dir().join("src");
+    tree(&src);
+    let Some(out) = restic(&served, "alice", "repo", &["init"]) else {
+        return;
+    };
+    assert_ok(&out, "restic init");
+    assert_ok(
+        &restic(&served, "alice", "repo", &["backup", s(&src)]).unwrap(),
+        "backup",
+    );
+    std::fs::write(src.join("sub/a.txt"), "alpha, changed\n").unwrap();
+    assert_ok(
+        &restic(&served, "alice", "repo", &["backup", s(&src)]).unwrap(),
+        "backup 2",
+    );
+    assert_ok(
+        &restic(&served, "alice", "repo", &["check", "--read-data"]).unwrap(),
+        "check",
+    );
+    let to = temp_dir();
+    assert_ok(
+        &restic(
+            &served,
+            "alice",
+            "repo",
+            &["restore", "latest", "--target", s(&to)],
+        )
+        .unwrap(),
+        "restore",
+    );
+    let back = to.join(src.strip_prefix("/").unwrap());
+    assert!(ferry_testkit::same_file(
+        &src.join("big"),
+        &back.join("big")
+    ));
+    assert_eq!(
+        std::fs::read(back.join("sub/a.txt")).unwrap(),
+        b"alpha, changed\n"
+    );
+    assert_eq!(
+        std::fs::read(back.join("sub/deeper/b.txt")).unwrap(),
+        b"beta\n"
+    );
+    // Everything landed under alice's prefix, data fanned out as restic lays it out.
+    let files = served.snapshot();
+    assert!(files
+        .iter()
+        .all(|(p, _)| p.starts_with(served.store.join("alice/repo"))));
+    assert!(files
+        .iter()
+        .any(|(p, _)| p.starts_with(served.store.join("alice/repo/data"))));
+    // An admin may forget and prune; the server writes an audit line per delete.
+    assert_ok(
+        &restic(
+            &served,
+            "alice",
+            "repo",
+            &["forget", "--keep-last", "1", "--prune"],
+        )
+        .unwrap(),
+        "forget --prune",
+    );
+    assert!(
+        served.log().contains("\"audit\":\"delete\""),
+        "{}",
+        served.log()
+    );
+    assert_ok(
+        &restic(&served, "alice", "repo", &["check"]).unwrap(),
+        "check after prune",
+    );
+}
+
+#[test]
+fn an_append_only_tenant_backs_up_but_cannot_delete_or_overwrite() {
+    let served = Served::start("");
+    let src = temp_dir().join("src");
+    tree(&src);
+    let Some(out) = restic(&served, "bob", "repo", &["init"]) else {
+        return;
+    };
+    assert_ok(&out, "restic init");
+    assert_ok(
+        &restic(&served, "bob", "repo", &["backup", s(&src)]).unwrap(),
+        "backup",
+    );
+    assert_ok(
+        &restic(&served, "bob", "repo", &["backup", s(&src)]).unwrap(),
+        "backup 2",
+    );
+    let before = served.snapshot();
+    // restic's forget deletes snapshot files: refused, nothing goes.
+    let out = restic(&served, "bob", "repo", &["forget", "--keep-last", "1"]).unwrap();
+    assert!(
+        !out.status.success(),
+        "forget succeeded for an append-only tenant"
+    );
+    // Raw: overwrite an existing snapshot, delete a pack.
+    let snap = before
+        .iter()
+        .find(|(p, _)| p.parent().unwrap().ends_with("snapshots"))
+        .expect("a snapshot file");
+    let name = snap.0.file_name().unwrap().to_str().unwrap();
+    let (code, _) = served.request(
+        "PUT",
+        &format!("/v1/bob/repo/snapshots/{name}"),
+        Some("bob"),
+        b"evil",
+    );
+    assert_eq!(code, 403);
+    let pack = before
+        .iter()
+        .find(|(p, _)| p.to_str().unwrap().contains("/data/"))
+        .expect("a pack");
+    let rel = pack.0.strip_prefix(served.store.join("bob")).unwrap();
+    let (code, _) = served.request("DELETE", &format!("/v1/bob/{}", s(rel)), Some("bob"), b"");
+    assert_eq!(code, 403);
+    // Only restic's own lock files came and went: every other byte is as it was.
+    let unlocked = |v: Vec<(std::path::PathBuf, Vec<u8>)>| {
+        v.into_iter()
+            .filter(|(p, _)| !p.to_str().unwrap().contains("/locks/"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(unlocked(served.snapshot()), unlocked(before));
+    assert_ok(
+        &restic(&served, "bob", "repo", &["check", "--read-data"]).unwrap(),
+        "check",
+    );
+}
+
+#[test]
+fn tokens_and_prefixes_are_checked() {
+    let served = Served::start(LIMITS);
+    let (code, _) = served.request("PUT", "/v1/alice/x", None, b"data");
+    assert_eq!(code, 401, "no credentials");
+    let head = "PUT /v1/alice/x HTTP/1.1\nHost: h\nAuthorization: Bearer not-a-token\nContent-Length: 4\nConnection: close\n\n";
+    assert_eq!(served.raw(head, b"data", false).0, 401, "a wrong token");
+    // Basic auth: alice's name with bob's token.
+    use base64::Engine;
+    let basic = base64::engine::general_purpose::STANDARD
+        .encode(format!("alice:{}", served.tenant("bob").token));
+    let head = format!("PUT /v1/alice/x HTTP/1.1\nHost: h\nAuthorization: Basic {basic}\nContent-Length: 4\nConnection: close\n\n");
+    assert_eq!(
+        served.raw(&head, b"data", false).0,
+        401,
+        "another tenant's token"
+    );
+    // bob's token on alice's prefix, by either protocol.
+    assert_eq!(
+        served.request("PUT", "/v1/alice/x", Some("bob"), b"data").0,
+        403
+    );
+    assert_eq!(
+        served
+            .request("GET", "/alice/repo/config", Some("bob"), b"")
+            .0,
+        403
+    );
+    // carol reads only.
+    assert_eq!(
+        served
+            .request("PUT", "/v1/carol/x", Some("carol"), b"data")
+            .0,
+        403
+    );
+    assert!(
+        served.snapshot().is_empty(),
+        "a refused request stored something"
+    );
+    // The owner may.
+    assert_eq!(
+        served
+            .request("PUT", "/v1/alice/x", Some("alice"), b"data")
+            .0,
+        200
+    );
+    let (code, body) = served.request("GET", "/v1/alice/x", Some("alice"), b"");
+    assert_eq!((code, body.as_slice()), (200, &b"data"[..]));
+    assert_eq!(
+        served.request("GET", "/v1/alice/x", Some("bob"), b"").0,
+        403
+    );
+    let (code, list) = served.request("GET", "/v1/alice/?list", Some("alice"), b"");
+    assert_eq!(code, 200);
+    assert_eq!(String::from_utf8_lossy(&list), r#"[{"key":"x","size":4}]"#);
+    // No token ever reaches the log.
+    let log = served.log();
+    for t in &served.tenants {
+        assert!(!log.contains(&t.token), "a token in the log");
+    }
+}
+
+#[test]
+fn bad_requests_are_refused_and_change_nothing() {
+    let served = Served::start(LIMITS);
+    assert_eq!(
+        served
+            .request("PUT", "/v1/alice/keep", Some("alice"), b"kept")
+            .0,
+        200
+    );
+    let before = served.snapshot();
+    for path in [
+        "/v1/alice/../bob/x",
+        "/v1/alice/%2e%2e/bob/x",
+        "/v1/alice/a%2Fb",
+        "/v1/alice/a%00b",
+        "/v1/alice//x",
+    ] {
+        let (code, _) = served.request("PUT", path, Some("alice"), b"data");
+        assert!((400..500).contains(&code), "{path}: {code}");
+    }
+    // A body shorter than its Content-Length, the connection then closed.
+    let auth = format!("Authorization: Bearer {}\n", served.tenant("alice").token);
+    let head = format!("PUT /v1/alice/cut HTTP/1.1\nHost: h\n{auth}Content-Length: 100000\n\n");
+    let (code, _) = served.raw(&head, &[7u8; 1000], true);
+    assert!(
+        code == 0 || (400..500).contains(&code),
+        "a truncated body: {code}"
+    );
+    // No Content-Length; a body over max_body; headers past 64 KiB.
+    let head = format!("PUT /v1/alice/nolen HTTP/1.1\nHost: h\n{auth}Transfer-Encoding: chunked\nConnection: close\n\n");
+    assert_eq!(served.raw(&head, b"4\r\ndata\r\n0\r\n\r\n", false).0, 411);
+    let head = format!(
+        "PUT /v1/alice/big HTTP/1.1\nHost: h\n{auth}Content-Length: 2000000\nConnection: close\n\n"
+    );
+    assert_eq!(served.raw(&head, b"", false).0, 413);
+    let huge = format!(
+        "GET /v1/alice/keep HTTP/1.1\nHost: h\n{auth}X-Pad: {}\nConnection: close\n\n",
+        "a".repeat(100_000)
+    );
+    assert_eq!(served.raw(&huge, b"", false).0, 431);
+    // Past the quota: refused before the body is read.
+    assert_eq!(
+        served
+            .request("PUT", "/v1/dave/a", Some("dave"), &[1u8; 40 << 10])
+            .0,
+        200
+    );
+    let before_dave = served.snapshot();
+    assert_eq!(
+        served
+            .request("PUT", "/v1/dave/b", Some("dave"), &[2u8; 40 << 10])
+            .0,
+        507
+    );
+    assert_eq!(served.snapshot(), before_dave);
+    // Freed by a delete, the room is there again.
+    assert_eq!(
+        served.request("DELETE", "/v1/dave/a", Some("dave"), b"").0,
+        200
+    );
+    assert_eq!(
+        served
+            .request("PUT", "/v1/dave/b", Some("dave"), &[2u8; 40 << 10])
+            .0,
+        200
+    );
+    // Nothing of alice's changed, and no temp file was left behind.
+    let alice = |v: Vec<(std::path::PathBuf, Vec<u8>)>| {
+        v.into_iter()
+            .filter(|(p, _)| p.starts_with(served.store.join("alice")))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(alice(served.snapshot()), alice(before));
+    // Ranges, and a range past the end.
+    let head = format!(
+        "GET /v1/alice/keep HTTP/1.1\nHost: h\n{auth}Range: bytes=1-2\nConnection: close\n\n"
+    );
+    assert_eq!(served.raw(&head, b"", false), (206, b"ep".to_vec()));
+    let head = format!(
+        "GET /v1/alice/keep HTTP/1.1\nHost: h\n{auth}Range: bytes=9-\nConnection: close\n\n"
+    );
+    assert_eq!(served.raw(&head, b"", false).0, 416);
+    assert_eq!(
+        served
+            .request("GET", "/v1/alice/missing", Some("alice"), b"")
+            .0,
+        404
+    );
+}
+
+#[test]
+fn health_and_metrics_are_served() {
+    let served = Served::start(LIMITS);
+    assert_eq!(
+        served.request("GET", "/healthz", None, b""),
+        (200, b"ok\n".to_vec())
+    );
+    assert_eq!(
+        served
+            .request(
+                "PUT",
+                "/v1/alice/pg/wal/000000010000000000000001",
+                Some("alice"),
+                b"wal"
+            )
+            .0,
+        200
+    );
+    assert_eq!(
+        served.request("PUT", "/v1/alice/y", Some("bob"), b"x").0,
+        403
+    );
+    let (code, body) = served.request("GET", "/metrics", None, b"");
+    assert_eq!(code, 200);
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains(
+            r#"ferry_serve_requests_total{tenant="alice",class="urgent",status="200"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"ferry_serve_bytes_in_total{tenant="alice",class="urgent"} 3"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("ferry_serve_service_seconds_bucket"),
+        "{text}"
+    );
+}

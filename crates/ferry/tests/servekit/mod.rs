@@ -1,0 +1,318 @@
+//! A `ferry serve` started for one test: its own certificate, store directory and tenants,
+//! killed when dropped; and raw HTTPS requests to it, malformed ones included.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use crate::common::{s, temp_dir};
+
+/// A tenant of the test server: name, token, role, quota.
+pub struct Tenant {
+    pub name: &'static str,
+    pub token: String,
+    pub role: &'static str,
+    pub quota: Option<&'static str>,
+}
+
+/// A running `ferry serve`.
+pub struct Served {
+    child: Child,
+    pub dir: PathBuf,
+    pub store: PathBuf,
+    pub cert: PathBuf,
+    /// The CA that signed `cert`: what clients trust.
+    pub ca: PathBuf,
+    pub port: u16,
+    pub tenants: Vec<Tenant>,
+    log: PathBuf,
+}
+
+fn token(name: &str) -> String {
+    // Per-test random tokens: a fixed one could pass by accident.
+    format!("{name}-{}", ferry_testkit::unique("t"))
+}
+
+fn sha256_hex(t: &str) -> String {
+    use sha2::Digest;
+    hex(&sha2::Sha256::digest(t.as_bytes()))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl Served {
+    /// alice (admin), bob (append-only), carol (read), dave (admin, 64 KiB quota); `limits`
+    /// is the `[serve.limits]` table's body.
+    pub fn start(limits: &str) -> Served {
+        let dir = temp_dir();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
+        // A CA and a server certificate it signs, as a deployment has: rustls refuses a
+        // self-signed CA certificate as the server's own.
+        let (ext, csr) = (dir.join("ext.cnf"), dir.join("csr.pem"));
+        std::fs::write(
+            &ext,
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        let steps: [Vec<&str>; 3] = [
+            vec![
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=ferry test CA",
+                "-keyout",
+                s(&ca_key),
+                "-out",
+                s(&ca),
+            ],
+            vec![
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                s(&key),
+                "-out",
+                s(&csr),
+            ],
+            vec![
+                "x509",
+                "-req",
+                "-in",
+                s(&csr),
+                "-CA",
+                s(&ca),
+                "-CAkey",
+                s(&ca_key),
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                s(&ext),
+                "-out",
+                s(&cert),
+            ],
+        ];
+        for args in steps {
+            let made = Command::new("openssl")
+                .args(&args)
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl");
+            assert!(made.success(), "openssl {args:?} failed");
+        }
+        let tenants = vec![
+            Tenant {
+                name: "alice",
+                token: token("alice"),
+                role: "admin",
+                quota: None,
+            },
+            Tenant {
+                name: "bob",
+                token: token("bob"),
+                role: "append-only",
+                quota: None,
+            },
+            Tenant {
+                name: "carol",
+                token: token("carol"),
+                role: "read",
+                quota: None,
+            },
+            Tenant {
+                name: "dave",
+                token: token("dave"),
+                role: "admin",
+                quota: Some("64KiB"),
+            },
+        ];
+        let store = dir.join("store");
+        let mut toml = format!(
+            "[serve]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n[serve.limits]\n{limits}\n",
+            s(&store),
+            s(&cert),
+            s(&key)
+        );
+        for t in &tenants {
+            toml += &format!(
+                "[[serve.tenant]]\nname = \"{}\"\ntoken_sha256 = \"{}\"\nrole = \"{}\"\n",
+                t.name,
+                sha256_hex(&t.token),
+                t.role
+            );
+            if let Some(q) = t.quota {
+                toml += &format!("quota = \"{q}\"\n");
+            }
+        }
+        let config = dir.join("ferry.toml");
+        std::fs::write(&config, toml).unwrap();
+        let log = dir.join("serve.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(["--config", s(&config), "serve"])
+            .env("FERRY_CACHE_DIR", dir.join("cache"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start ferry serve");
+        let port = wait_for_port(&log);
+        Served {
+            child,
+            dir,
+            store,
+            cert,
+            ca,
+            port,
+            tenants,
+            log,
+        }
+    }
+
+    /// The tenant named `name`.
+    pub fn tenant(&self, name: &str) -> &Tenant {
+        self.tenants
+            .iter()
+            .find(|t| t.name == name)
+            .expect("a test tenant")
+    }
+
+    /// restic's repository URL for `tenant`'s repository `repo`.
+    pub fn restic_url(&self, tenant: &str, repo: &str) -> String {
+        let t = self.tenant(tenant);
+        format!(
+            "rest:https://{}:{}@127.0.0.1:{}/{}/{repo}/",
+            t.name, t.token, self.port, t.name
+        )
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Every file under the store with its bytes: to show a refused request changed nothing.
+    pub fn snapshot(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        walk(&self.store, &mut out);
+        out.sort();
+        out
+    }
+
+    /// Sends `head` (CRLFs added) and `body` over TLS, then closes the writing side after
+    /// `body` when `cut`; returns the status and the response body.
+    pub fn raw(&self, head: &str, body: &[u8], cut: bool) -> (u16, Vec<u8>) {
+        let mut tls = self.connect();
+        let head = head.replace('\n', "\r\n");
+        let _ = tls.write_all(head.as_bytes());
+        let _ = tls.write_all(body);
+        let _ = tls.flush();
+        if cut {
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+            let _ = tls.sock.shutdown(std::net::Shutdown::Write);
+        }
+        read_response(&mut tls)
+    }
+
+    /// A well-formed request by `tenant` (None: no credentials) with a bearer token.
+    pub fn request(
+        &self, method: &str, path: &str, tenant: Option<&str>, body: &[u8],
+    ) -> (u16, Vec<u8>) {
+        let auth = tenant.map_or(String::new(), |t| {
+            format!("Authorization: Bearer {}\n", self.tenant(t).token)
+        });
+        let head = format!(
+            "{method} {path} HTTP/1.1\nHost: 127.0.0.1\n{auth}Content-Length: {}\nConnection: close\n\n",
+            body.len()
+        );
+        self.raw(&head, body, false)
+    }
+
+    fn connect(&self) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls_pki_types::CertificateDer::pem_file_iter(&self.ca).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+        let sock = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        rustls::StreamOwned::new(conn, sock)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_for_port(log: &Path) -> u16 {
+    for _ in 0..200 {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(rest) = text.split("listening on https://127.0.0.1:").nth(1) {
+            let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            return port.parse().expect("a port");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!(
+        "ferry serve did not start: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+fn walk(d: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+    let Ok(rd) = std::fs::read_dir(d) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk(&p, out);
+        } else {
+            out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
+        }
+    }
+}
+
+fn read_response(r: &mut impl Read) -> (u16, Vec<u8>) {
+    let mut all = Vec::new();
+    if let Err(e) = r.read_to_end(&mut all) {
+        eprintln!("read: {e} after {} bytes", all.len());
+    }
+    let mut rd = BufReader::new(&all[..]);
+    let mut status = String::new();
+    rd.read_line(&mut status).unwrap();
+    let code = status
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let text = &all[..];
+    let body = match text.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(i) => text[i + 4..].to_vec(),
+        None => Vec::new(),
+    };
+    (code, body)
+}
