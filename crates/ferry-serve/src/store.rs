@@ -41,7 +41,7 @@ impl From<Error> for Refused {
             Error::Invalid(_) => 400,
             // The backend refused the server, or failed for now: not the client's fault.
             Error::Denied(_) | Error::Permanent(_) | Error::Checksum(_) => 502,
-            Error::Transient(_) => 503,
+            Error::Transient(_) | Error::Busy(..) => 503,
         };
         Refused::new(status, e.to_string())
     }

@@ -10,10 +10,10 @@
 mod aws_credentials;
 mod aws_profile;
 mod azure;
-mod config;
+pub(crate) mod config;
 mod explained;
 mod gcs;
-mod metered;
+pub(crate) mod metered;
 mod signed;
 mod trust;
 

@@ -26,12 +26,19 @@ pub enum Error {
     /// Anything else, not worth retrying.
     #[error("{0}")]
     Permanent(String),
+    /// The server is shedding load and said when to come back (`503` with `Retry-After`):
+    /// worth retrying, not before then.
+    #[error("{0}")]
+    Busy(String, std::time::Duration),
 }
 
 impl Error {
     /// True when the same request may succeed if tried again.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Transient(_) | Error::Checksum(_))
+        matches!(
+            self,
+            Error::Transient(_) | Error::Checksum(_) | Error::Busy(..)
+        )
     }
 
     /// An I/O error with what was being done, classified by its kind.

@@ -14,6 +14,7 @@ pub mod flow;
 pub mod local;
 mod location;
 pub mod memory;
+pub mod served;
 pub mod size;
 
 use std::collections::BTreeMap;

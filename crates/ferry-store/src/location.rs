@@ -19,6 +19,8 @@ pub enum Scheme {
     Gcs,
     /// `rados://pool/name`: a striped object in a Ceph pool.
     Rados,
+    /// `ferry+https://HOST:PORT/TENANT/KEY`: a `ferry serve` server.
+    Served,
 }
 
 /// A parsed source or destination.
@@ -76,9 +78,10 @@ impl Location {
             "az" | "azure" => Scheme::Azure,
             "gs" => Scheme::Gcs,
             "rados" => Scheme::Rados,
+            "ferry+https" => Scheme::Served,
             other => {
                 return Err(Error::Invalid(format!(
-                    "unknown scheme '{other}' in '{s}': use a local path, -, s3://bucket/key, az://container/blob, gs://bucket/object or rados://pool/name"
+                    "unknown scheme '{other}' in '{s}': use a local path, -, s3://bucket/key, az://container/blob, gs://bucket/object, rados://pool/name or ferry+https://host:port/tenant/key"
                 )))
             }
         };
@@ -154,7 +157,7 @@ impl Location {
     pub fn is_remote(&self) -> bool {
         matches!(
             self.scheme,
-            Scheme::S3 | Scheme::Azure | Scheme::Gcs | Scheme::Rados
+            Scheme::S3 | Scheme::Azure | Scheme::Gcs | Scheme::Rados | Scheme::Served
         )
     }
 }
@@ -171,6 +174,7 @@ impl fmt::Display for Location {
             },
             Scheme::Gcs => write!(f, "gs://{}/{}", self.bucket, self.key),
             Scheme::Rados => write!(f, "rados://{}/{}", self.bucket, self.key),
+            Scheme::Served => write!(f, "ferry+https://{}/{}", self.bucket, self.key),
         }
     }
 }

@@ -28,6 +28,9 @@ pub struct RetryPolicy {
 /// For stores that report no flow (local disk, RADOS): the slowest rate a request may crawl
 /// at before it counts as stalled.
 const FLOOR_RATE: u64 = 1 << 20;
+/// Longest a request waits in all on servers that answer "busy, retry after" before those
+/// answers count as failed attempts.
+const BUSY_BUDGET: Duration = Duration::from_secs(300);
 /// How often an attempt's flow is looked at, at most.
 const TICK: Duration = Duration::from_millis(250);
 
@@ -63,14 +66,26 @@ impl RetryPolicy {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let mut attempt = 0;
+        let (mut attempt, mut shed) = (0, Duration::ZERO);
         loop {
             let err = match self.watched(what, bytes, op()).await {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            attempt += 1;
-            if !err.is_transient() || attempt >= self.attempts {
+            // A server shedding load said when to come back: that is a floor under the
+            // jittered backoff, and such answers do not use up attempts until they have
+            // kept the request waiting BUSY_BUDGET in all.
+            let floor = match &err {
+                Error::Busy(_, after) if shed < BUSY_BUDGET => {
+                    shed += *after;
+                    Some(*after)
+                }
+                _ => None,
+            };
+            if floor.is_none() {
+                attempt += 1;
+            }
+            if !err.is_transient() || attempt >= self.attempts || self.attempts <= 1 {
                 return Err(if attempt > 1 && err.is_transient() {
                     Error::Transient(format!("{err} (gave up after {attempt} attempts)"))
                 } else {
@@ -79,7 +94,8 @@ impl RetryPolicy {
             }
             tracing::debug!(%what, attempt, error = %err, "retrying");
             on_retry(&err);
-            tokio::time::sleep(self.backoff(attempt)).await;
+            let pause = self.backoff(attempt.max(1)) + floor.unwrap_or_default();
+            tokio::time::sleep(pause).await;
         }
     }
 }
@@ -185,6 +201,45 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("gave up after 4 attempts"));
+    }
+
+    #[tokio::test]
+    async fn busy_answers_wait_as_told_and_spare_the_attempts() {
+        // 4 attempts; 6 busy answers first: all are waited out, then one failure, then it works.
+        let calls = AtomicU32::new(0);
+        let started = std::time::Instant::now();
+        let after = Duration::from_millis(20);
+        let r = quick()
+            .run(
+                "op",
+                0,
+                |_| {},
+                || async {
+                    match calls.fetch_add(1, Ordering::SeqCst) {
+                        0..=5 => Err(Error::Busy("busy".into(), after)),
+                        6 => Err(Error::Transient("reset".into())),
+                        n => Ok(n),
+                    }
+                },
+            )
+            .await;
+        assert_eq!(r.unwrap(), 7);
+        // Each busy answer was a floor under its pause.
+        assert!(started.elapsed() >= after * 6, "{:?}", started.elapsed());
+        // With no retries allowed, busy is an error at once.
+        let once = RetryPolicy {
+            attempts: 1,
+            ..quick()
+        };
+        let r: Result<()> = once
+            .run(
+                "op",
+                0,
+                |_| {},
+                || async { Err(Error::Busy("busy".into(), after)) },
+            )
+            .await;
+        assert!(matches!(r, Err(Error::Busy(..))));
     }
 
     #[test]

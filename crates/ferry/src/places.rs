@@ -132,6 +132,24 @@ impl Stores {
                     loc.key.clone(),
                 )
             }
+            Scheme::Served => {
+                self.no_sse(&loc)?;
+                let (token, ca) = (
+                    self.settings.served_token.clone(),
+                    self.settings.served_ca.clone(),
+                );
+                let host = loc.bucket.clone();
+                (
+                    self.cached(&loc, || {
+                        Ok(Arc::new(ferry_store::served::ServedStore::new(
+                            &host,
+                            &token,
+                            ca.as_ref(),
+                        )?))
+                    })?,
+                    loc.key.clone(),
+                )
+            }
             Scheme::Rados => {
                 let cfg = self.settings.rados.clone();
                 let bucket = loc.bucket.clone();

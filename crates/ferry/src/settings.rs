@@ -259,6 +259,10 @@ pub struct Settings {
     pass: Vec<Pass>,
     /// The `[serve]` table, for `ferry serve`.
     pub serve: Option<ferry_serve::Config>,
+    /// For `ferry+https://` stores: the tenant's token (`FERRY_SERVE_TOKEN`: a secret, so
+    /// from the environment only) and the CA to trust.
+    pub served_token: String,
+    pub served_ca: Option<PathBuf>,
 }
 
 /// The config file and where it was read from (none found: the defaults).
@@ -473,6 +477,7 @@ impl Settings {
         };
 
         let ca_cert = g.ca_cert.clone().or(file.ca_cert);
+        let served_ca = ca_cert.clone();
         let mut s3 = S3Config::from_env();
         let f = file.s3;
         s3.endpoint = g.s3_endpoint.clone().or(f.endpoint).or(s3.endpoint);
@@ -549,6 +554,8 @@ impl Settings {
             wal_file: file.wal,
             backup_file: file.backup,
             serve: file.serve,
+            served_token: std::env::var("FERRY_SERVE_TOKEN").unwrap_or_default(),
+            served_ca,
         })
     }
 

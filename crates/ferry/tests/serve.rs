@@ -4,6 +4,7 @@
 
 mod common;
 mod servekit;
+mod walkit;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -368,5 +369,111 @@ fn health_and_metrics_are_served() {
     assert!(
         text.contains("ferry_serve_service_seconds_bucket"),
         "{text}"
+    );
+}
+
+/// What a ferry client needs to reach `served` as `tenant`.
+fn client_env(served: &Served, tenant: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            "FERRY_SERVE_TOKEN".into(),
+            served.tenant(tenant).token.clone(),
+        ),
+        ("FERRY_CA_CERT".into(), s(&served.ca).into()),
+    ]
+}
+
+fn ferry_as(served: &Served, tenant: &str, args: &[&str]) -> Output {
+    let env = client_env(served, tenant);
+    let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    all.push(("FERRY_PASSWORD", "pw"));
+    common::ferry_env(args, &all, None)
+}
+
+#[test]
+fn ferry_backs_up_restores_and_copies_through_ferry_serve() {
+    let served = Served::start("");
+    let src = temp_dir().join("src");
+    tree(&src);
+    let repo = format!("ferry+https://127.0.0.1:{}/alice/repo", served.port);
+    for args in [
+        vec!["--repo", &repo, "init"],
+        vec!["--repo", &repo, "backup", s(&src)],
+        vec!["--repo", &repo, "check", "--read-data"],
+    ] {
+        assert_ok(&ferry_as(&served, "alice", &args), &format!("{args:?}"));
+    }
+    let to = temp_dir();
+    assert_ok(
+        &ferry_as(
+            &served,
+            "alice",
+            &["--repo", &repo, "restore", "latest", "--target", s(&to)],
+        ),
+        "restore",
+    );
+    let back = to.join(src.strip_prefix("/").unwrap());
+    assert!(ferry_testkit::same_file(
+        &src.join("big"),
+        &back.join("big")
+    ));
+    assert_eq!(
+        std::fs::read(back.join("sub/deeper/b.txt")).unwrap(),
+        b"beta\n"
+    );
+    // cp both ways.
+    let obj = format!("ferry+https://127.0.0.1:{}/alice/files/big", served.port);
+    assert_ok(
+        &ferry_as(&served, "alice", &["cp", s(&src.join("big")), &obj]),
+        "cp up",
+    );
+    let got = temp_dir().join("big");
+    assert_ok(
+        &ferry_as(&served, "alice", &["cp", &obj, s(&got)]),
+        "cp down",
+    );
+    assert!(ferry_testkit::same_file(&src.join("big"), &got));
+    // Another tenant's token on alice's repository: one line, nothing written.
+    let before = served.snapshot();
+    let out = ferry_as(&served, "bob", &["--repo", &repo, "backup", s(&src)]);
+    common::fails_with(&out, "403");
+    assert_eq!(served.snapshot(), before);
+    // No token at all.
+    let out = common::ferry_env(
+        &["cp", s(&src.join("big")), &obj],
+        &[("FERRY_CA_CERT", s(&served.ca))],
+        None,
+    );
+    common::fails_with(&out, "FERRY_SERVE_TOKEN");
+}
+
+/// PostgreSQL archives through the server and a copy recovers from it: WAL keys are served
+/// in the urgent class.
+#[test]
+fn wal_archive_and_recovery_through_ferry_serve() {
+    let served = Served::start("");
+    let url = format!("ferry+https://127.0.0.1:{}/alice/pg", served.port);
+    let repo = walkit::Repo::Served {
+        url,
+        env: client_env(&served, "alice"),
+    };
+    let Some(rig) = walkit::Rig::new(&repo, true, &[]) else {
+        return;
+    };
+    rig.load(8);
+    let copy = rig.recovery_copy(&[]);
+    rig.load(40);
+    rig.pg.sql("insert into t values (-1, 'last row')");
+    rig.settle();
+    let n = rig.verify_archive();
+    assert!(n >= 3, "only {n} segments archived");
+    let expect = rig.pg.sql("select count(*), sum(i) from t");
+    copy.start();
+    copy.wait_recovery_done(walkit::T)
+        .unwrap_or_else(|e| panic!("recovery: {e}\n{}", walkit::tail(&copy.log())));
+    assert_eq!(copy.sql("select count(*), sum(i) from t"), expect);
+    assert!(
+        served.log().contains(r#""class":"urgent""#),
+        "no WAL request in the urgent class"
     );
 }

@@ -35,7 +35,7 @@ pub(super) fn client_options(endpoint: Option<&str>) -> ClientOptions {
 }
 
 /// The metered HTTP client, trusting `ca_cert` besides the system's roots.
-pub(super) fn connector(ca_cert: Option<&PathBuf>) -> Result<Connector> {
+pub(crate) fn connector(ca_cert: Option<&PathBuf>) -> Result<Connector> {
     match ca_cert {
         None => Connector::new(None),
         Some(ca) => {

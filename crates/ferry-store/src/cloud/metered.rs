@@ -53,7 +53,7 @@ type Pool = Client<HttpsConnector<Tcp>, Sending>;
 
 /// Builds [`Metered`] clients; `object_store` asks it for one per store.
 #[derive(Debug, Clone)]
-pub(super) struct Connector {
+pub(crate) struct Connector {
     pool: Pool,
 }
 
@@ -106,7 +106,7 @@ impl Connector {
     }
 
     /// A client for requests ferry signs itself.
-    pub(super) fn http(&self) -> HttpClient {
+    pub(crate) fn http(&self) -> HttpClient {
         HttpClient::new(Metered(self.pool.clone()))
     }
 }

@@ -20,6 +20,11 @@ pub enum Repo {
     S3 { bucket: String, endpoint: String },
     /// A fresh container on the Azure server under test (Azurite).
     Azure { container: String },
+    /// A `ferry serve` server: its URL and what a client needs to reach it (token, CA).
+    Served {
+        url: String,
+        env: Vec<(String, String)>,
+    },
 }
 
 /// The Azure server under test, with a fresh container; `None` (a loud skip) without one.
@@ -119,6 +124,12 @@ impl Rig {
                 let cache = pg.make_dir("cache").display().to_string();
                 env.push(("FERRY_CACHE_DIR".into(), cache));
                 format!("az://{container}/{}", pg.port())
+            }
+            Repo::Served { url, env: more } => {
+                env.extend(more.iter().cloned());
+                let cache = pg.make_dir("cache").display().to_string();
+                env.push(("FERRY_CACHE_DIR".into(), cache));
+                url.clone()
             }
         };
         env.push(("FERRY_REPO".into(), repo_url.clone()));

@@ -1,0 +1,299 @@
+//! A `ferry serve` server as a store (`ferry+https://HOST:PORT/TENANT/KEY`): ferry's object
+//! protocol over the same metered HTTP client as the clouds. Keys start with the tenant;
+//! the server keeps each tenant inside its prefix, so a key naming another is refused there.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, StatusCode};
+use object_store::client::{HttpClient, HttpRequestBody};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+
+use crate::{BlockId, DigestKind, Error, Limits, Meta, ObjectInfo, Result, Store, Upload};
+
+/// Largest object the server takes in one request (its default `max_body` is 128 MiB).
+pub const MAX_OBJECT: u64 = 64 << 20;
+
+/// What a path segment escapes: everything but unreserved characters.
+const SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'/')
+    .add(b'\\')
+    .add(b'^')
+    .add(b'|')
+    .add(b'[')
+    .add(b']');
+
+/// A `ferry serve` endpoint, reached with one tenant's token.
+pub struct ServedStore {
+    base: String,
+    token: String,
+    http: HttpClient,
+    /// Blocks of sessions not yet completed: the server takes an object in one request, so
+    /// a session's blocks are held here until completion (at most [`MAX_OBJECT`] bytes).
+    sessions: Mutex<HashMap<String, Vec<(usize, Bytes)>>>,
+}
+
+impl std::fmt::Debug for ServedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedStore")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServedStore {
+    /// The server at `host_port`, trusting `ca_cert` besides the system's roots; `token`
+    /// authenticates every request (never printed).
+    pub fn new(host_port: &str, token: &str, ca_cert: Option<&PathBuf>) -> Result<ServedStore> {
+        if token.is_empty() {
+            return Err(Error::Denied(
+                "ferry+https:// needs a tenant token: set FERRY_SERVE_TOKEN".into(),
+            ));
+        }
+        Ok(ServedStore {
+            base: format!("https://{host_port}"),
+            token: token.to_string(),
+            http: crate::cloud::config::connector(ca_cert)?.http(),
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn path(key: &str) -> String {
+        key.split('/')
+            .map(|s| utf8_percent_encode(s, SEGMENT).to_string())
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    async fn call(
+        &self, method: Method, path_query: &str, range: Option<Range<u64>>, body: Bytes,
+    ) -> Result<(StatusCode, http::HeaderMap, Bytes)> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}/v1/{path_query}", self.base))
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("content-length", body.len());
+        if let Some(r) = range {
+            req = req.header("range", format!("bytes={}-{}", r.start, r.end - 1));
+        }
+        let req = req
+            .body(HttpRequestBody::from(body))
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let what = path_query.split('?').next().unwrap_or_default().to_string();
+        let res = self
+            .http
+            .execute(req)
+            .await
+            .map_err(|e| Error::Transient(format!("{what}: {}", crate::error::one_line(&e))))?;
+        let (parts, body) = res.into_parts();
+        let bytes = body
+            .bytes()
+            .await
+            .map_err(|e| Error::Transient(format!("{what}: {}", crate::error::one_line(&e))))?;
+        let status = parts.status;
+        if status.is_success() {
+            return Ok((status, parts.headers, bytes));
+        }
+        let why = String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+            .trim()
+            .to_string();
+        let msg = format!("{}/{what}: {status}: {why}", self.url());
+        Err(match status.as_u16() {
+            404 => Error::NotFound(msg),
+            401 | 403 => Error::Denied(msg),
+            409 => Error::AlreadyExists(msg),
+            503 => {
+                let after = parts
+                    .headers
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                    .unwrap_or(1);
+                Error::Busy(msg, Duration::from_secs(after.min(300)))
+            }
+            500..=599 => Error::Transient(msg),
+            _ => Error::Permanent(msg),
+        })
+    }
+}
+
+#[async_trait]
+impl Store for ServedStore {
+    fn url(&self) -> String {
+        self.base.replacen("https://", "ferry+https://", 1)
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            min_block: 1,
+            max_block: MAX_OBJECT,
+            max_blocks: 1,
+        }
+    }
+
+    fn digest(&self, _: &ObjectInfo) -> Option<String> {
+        None
+    }
+
+    /// The server keeps no metadata: what is read back is authenticated by the repository
+    /// or WAL layer above (ferry seals every object it writes there).
+    fn digest_kind(&self) -> Option<DigestKind> {
+        None
+    }
+
+    async fn put(&self, key: &str, data: Bytes, _meta: &Meta) -> Result<()> {
+        self.call(Method::PUT, &Self::path(key), None, data).await?;
+        Ok(())
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let want = range.end - range.start;
+        let (_, _, b) = self
+            .call(Method::GET, &Self::path(key), Some(range), Bytes::new())
+            .await?;
+        if b.len() as u64 != want {
+            return Err(Error::Transient(format!(
+                "{key}: {} bytes of {want} came",
+                b.len()
+            )));
+        }
+        Ok(b)
+    }
+
+    async fn get(&self, key: &str) -> Result<Bytes> {
+        Ok(self
+            .call(Method::GET, &Self::path(key), None, Bytes::new())
+            .await?
+            .2)
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectInfo> {
+        let (_, h, _) = self
+            .call(Method::HEAD, &Self::path(key), None, Bytes::new())
+            .await?;
+        let size = h
+            .get("content-length")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .ok_or_else(|| Error::Permanent(format!("{key}: no size in the answer")))?;
+        Ok(ObjectInfo {
+            key: key.to_string(),
+            size,
+            ..Default::default()
+        })
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        // The tenant is the prefix's first segment; the server lists below a directory.
+        let (tenant, rest) = prefix.split_once('/').unwrap_or((prefix, ""));
+        let dir = rest.trim_end_matches('/');
+        let path = match dir.is_empty() {
+            true => format!("{}/?list", Self::path(tenant)),
+            false => format!("{}/{}/?list", Self::path(tenant), Self::path(dir)),
+        };
+        let body = match self.call(Method::GET, &path, None, Bytes::new()).await {
+            Ok((_, _, b)) => b,
+            Err(Error::NotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        #[derive(serde::Deserialize)]
+        struct Listed {
+            key: String,
+            size: u64,
+        }
+        let all: Vec<Listed> = serde_json::from_slice(&body)
+            .map_err(|e| Error::Permanent(format!("{prefix}: a listing that is not JSON: {e}")))?;
+        let mut out: Vec<ObjectInfo> = all
+            .into_iter()
+            .map(|l| ObjectInfo {
+                key: format!("{tenant}/{}", l.key),
+                size: l.size,
+                ..Default::default()
+            })
+            .filter(|o| o.key.starts_with(prefix))
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        match self
+            .call(Method::DELETE, &Self::path(key), None, Bytes::new())
+            .await
+        {
+            Ok(_) | Err(Error::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create_root(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn start_upload(&self, key: &str, _meta: &Meta) -> Result<Upload> {
+        let id = format!("{:032x}", rand::random::<u128>());
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone(), Vec::new());
+        Ok(Upload::new(key, id))
+    }
+
+    async fn put_block(
+        &self, up: &Upload, idx: usize, _offset: u64, data: Bytes,
+    ) -> Result<BlockId> {
+        let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let blocks = s
+            .get_mut(&up.id)
+            .ok_or_else(|| Error::Invalid(format!("{}: no such upload", up.key)))?;
+        blocks.retain(|(i, _)| *i != idx);
+        blocks.push((idx, data));
+        Ok(BlockId(idx.to_string()))
+    }
+
+    async fn complete_upload(
+        &self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta,
+    ) -> Result<Option<String>> {
+        let held = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&up.id)
+            .ok_or_else(|| Error::Invalid(format!("{}: no such upload", up.key)))?;
+        let by_idx: HashMap<String, Bytes> =
+            held.into_iter().map(|(i, b)| (i.to_string(), b)).collect();
+        let mut whole = BytesMut::new();
+        for b in &blocks {
+            let part = by_idx
+                .get(&b.0)
+                .ok_or_else(|| Error::Invalid(format!("{}: block {} was not sent", up.key, b.0)))?;
+            whole.extend_from_slice(part);
+        }
+        self.put(&up.key, whole.freeze(), meta).await?;
+        Ok(None)
+    }
+
+    async fn abort_upload(&self, up: &Upload) -> Result<()> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&up.id);
+        Ok(())
+    }
+}
