@@ -293,6 +293,8 @@ pub struct BackupArgs {
     pub files_from_raw: Vec<PathBuf>,
     #[command(flatten)]
     pub exclude: ExcludeArgs,
+    #[command(flatten)]
+    pub jitter: JitterArgs,
     /// Say what would be backed up and left out (files, bytes); read no file, write nothing.
     #[arg(long, short = 'n', conflicts_with = "stdin")]
     pub dry_run: bool,
@@ -671,6 +673,36 @@ pub enum KeyCmd {
     },
 }
 
+/// `--jitter`, for commands a fleet runs from cron at the same minute.
+#[derive(Debug, Args, Clone)]
+pub struct JitterArgs {
+    /// Wait a random part of DURATION before starting (`5m`): hosts started by cron at the
+    /// same second then reach a shared server spread over it.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub jitter: Option<std::time::Duration>,
+}
+
+impl JitterArgs {
+    /// Sleeps the random part, if asked.
+    pub async fn wait(&self) {
+        if let Some(d) = self.jitter.filter(|d| !d.is_zero()) {
+            let part = rand_fraction();
+            tokio::time::sleep(d.mul_f64(part)).await;
+        }
+    }
+}
+
+/// A uniform pick in [0, 1), from the kernel's random bytes (no seeded generator to share).
+fn rand_fraction() -> f64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        return 0.5;
+    }
+    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// `ferry serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -716,6 +748,8 @@ pub enum PgCommand {
 /// `ferry pg backup`.
 #[derive(Debug, Args)]
 pub struct PgBackupArgs {
+    #[command(flatten)]
+    pub jitter: JitterArgs,
     /// libpq connection string or URL [default: from PG* variables].
     #[arg(long, env = "FERRY_PG_CONNINFO", default_value = "")]
     pub conninfo: String,

@@ -477,3 +477,114 @@ fn wal_archive_and_recovery_through_ferry_serve() {
         "no WAL request in the urgent class"
     );
 }
+
+/// One slot for store work, and a client trickling a 64 KiB body at 8 KB/s through
+/// Toxiproxy: the others' requests are all answered while it is still sending, since a body
+/// is read before a slot is taken.
+#[test]
+fn a_slow_client_does_not_hold_up_the_others() {
+    let Some(toxi) = ferry_testkit::toxiproxy::Toxiproxy::from_env() else {
+        return;
+    };
+    let served = std::sync::Arc::new(Served::start("slots = 1"));
+    let proxy = toxi.proxy(&format!("127.0.0.1:{}", served.port));
+    proxy.toxic("bandwidth", "upstream", 1.0, serde_json::json!({"rate": 8}));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow = {
+        let (served, done, listen) = (served.clone(), done.clone(), proxy.listen.clone());
+        std::thread::spawn(move || {
+            let body = vec![5u8; 64 << 10];
+            let head = served.head("PUT", "/v1/bob/slow", "bob", body.len());
+            let got = served.raw_via(&listen, &head, &body, false);
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            got
+        })
+    };
+    // Let the slow request's head arrive; its body takes about 8 s more.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    for i in 0..10 {
+        let path = format!("/v1/alice/fast-{i}");
+        assert_eq!(served.request("PUT", &path, Some("alice"), b"quick").0, 200);
+        assert_eq!(served.request("GET", &path, Some("alice"), b"").1, b"quick");
+    }
+    assert!(
+        !done.load(std::sync::atomic::Ordering::SeqCst),
+        "the fast requests were answered only after the slow upload ended: it held the only slot"
+    );
+    assert_eq!(slow.join().unwrap().0, 200, "the slow upload failed");
+    assert_eq!(
+        std::fs::read(served.store.join("bob/slow")).unwrap(),
+        vec![5u8; 64 << 10]
+    );
+}
+
+/// Eight clients writing; the server killed with SIGKILL among them, then started again:
+/// every write it acknowledged reads back whole, and nothing half-written is listed.
+#[test]
+fn kill_9_under_load_loses_nothing_acknowledged() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    let mut served = Served::start("");
+    let acked = Arc::new(Mutex::new(HashMap::<String, Vec<u8>>::new()));
+    let tried = Arc::new(Mutex::new(HashMap::<String, Vec<u8>>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = served.port;
+    let writers: Vec<_> = (0..8u64)
+        .map(|w| {
+            let (acked, tried, stop) = (acked.clone(), tried.clone(), stop.clone());
+            let (ca, token) = (served.ca.clone(), served.tenant("alice").token.clone());
+            std::thread::spawn(move || {
+                for i in 0u64.. {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
+                    let key = format!("kill/w{w}-{i}");
+                    let body = ferry_testkit::random_bytes(
+                        (64 << 10) + (i as usize % 4) * (200 << 10),
+                        w * 1000 + i,
+                    );
+                    tried.lock().unwrap().insert(key.clone(), body.clone());
+                    match servekit::put(port, &ca, &token, &format!("/v1/alice/{key}"), &body) {
+                        Some(200) => {
+                            acked.lock().unwrap().insert(key, body);
+                        }
+                        _ => return, // the server is gone
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    served.kill9_and_restart();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let acked = acked.lock().unwrap();
+    let tried = tried.lock().unwrap();
+    assert!(
+        acked.len() >= 8,
+        "only {} writes acknowledged before the kill",
+        acked.len()
+    );
+    eprintln!("{} writes acknowledged, {} tried", acked.len(), tried.len());
+    for (key, body) in acked.iter() {
+        let (code, got) = served.request("GET", &format!("/v1/alice/{key}"), Some("alice"), b"");
+        assert_eq!(code, 200, "{key} acknowledged, then lost");
+        assert!(got == *body, "{key} acknowledged, then changed");
+    }
+    let (code, list) = served.request("GET", "/v1/alice/kill/?list", Some("alice"), b"");
+    assert_eq!(code, 200);
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&list).unwrap();
+    for o in listed {
+        let key = o["key"].as_str().unwrap();
+        let want = tried
+            .get(key)
+            .unwrap_or_else(|| panic!("{key}: listed, never written"));
+        assert_eq!(
+            o["size"].as_u64().unwrap(),
+            want.len() as u64,
+            "{key}: half-written"
+        );
+    }
+}

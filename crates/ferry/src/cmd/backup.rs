@@ -16,6 +16,7 @@ use crate::ctx::Ctx;
 use crate::output::{BarProgress, Output};
 
 pub async fn backup(args: &BackupArgs, ctx: &mut Ctx) -> Result<()> {
+    args.jitter.wait().await;
     let (g, stores, out) = ctx.parts();
     let started = Instant::now();
     let job = match args.stdin {

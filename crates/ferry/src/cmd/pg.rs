@@ -32,6 +32,7 @@ pub(super) fn mb(b: u64) -> String {
 }
 
 async fn backup(a: &PgBackupArgs, ctx: &mut Ctx) -> Result<()> {
+    a.jitter.wait().await;
     let (g, stores, out) = ctx.parts();
     let started = Instant::now();
     let block = parse_size(&a.block)?;

@@ -161,14 +161,7 @@ impl Served {
         let config = dir.join("ferry.toml");
         std::fs::write(&config, toml).unwrap();
         let log = dir.join("serve.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
-            .args(["--config", s(&config), "serve"])
-            .env("FERRY_CACHE_DIR", dir.join("cache"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start ferry serve");
-        let port = wait_for_port(&log);
+        let (child, port) = spawn(&dir, &log);
         Served {
             child,
             dir,
@@ -214,7 +207,12 @@ impl Served {
     /// Sends `head` (CRLFs added) and `body` over TLS, then closes the writing side after
     /// `body` when `cut`; returns the status and the response body.
     pub fn raw(&self, head: &str, body: &[u8], cut: bool) -> (u16, Vec<u8>) {
-        let mut tls = self.connect();
+        self.raw_via(&format!("127.0.0.1:{}", self.port), head, body, cut)
+    }
+
+    /// [`Served::raw`] through `addr` (a proxy in front of the server).
+    pub fn raw_via(&self, addr: &str, head: &str, body: &[u8], cut: bool) -> (u16, Vec<u8>) {
+        let mut tls = self.connect(addr);
         let head = head.replace('\n', "\r\n");
         let _ = tls.write_all(head.as_bytes());
         let _ = tls.write_all(body);
@@ -241,7 +239,15 @@ impl Served {
         self.raw(&head, body, false)
     }
 
-    fn connect(&self) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    /// The head of a request by `tenant` for `body`, the connection closed after it.
+    pub fn head(&self, method: &str, path: &str, tenant: &str, len: usize) -> String {
+        format!(
+            "{method} {path} HTTP/1.1\nHost: 127.0.0.1\nAuthorization: Bearer {}\nContent-Length: {len}\nConnection: close\n\n",
+            self.tenant(tenant).token
+        )
+    }
+
+    fn connect(&self, addr: &str) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
         use rustls_pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         for c in rustls_pki_types::CertificateDer::pem_file_iter(&self.ca).unwrap() {
@@ -255,7 +261,7 @@ impl Served {
             .with_no_client_auth();
         let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
         let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
-        let sock = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        let sock = TcpStream::connect(addr).unwrap();
         sock.set_read_timeout(Some(std::time::Duration::from_secs(60)))
             .unwrap();
         rustls::StreamOwned::new(conn, sock)
@@ -269,10 +275,41 @@ impl Drop for Served {
     }
 }
 
-fn wait_for_port(log: &Path) -> u16 {
+/// Starts `ferry serve` with `dir`'s config, logging to `log` (appended); waits for its port.
+fn spawn(dir: &Path, log: &Path) -> (Child, u16) {
+    let before = std::fs::read_to_string(log).unwrap_or_default().len();
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["--config", s(&dir.join("ferry.toml")), "serve"])
+        .env("FERRY_CACHE_DIR", dir.join("cache"))
+        .stdout(Stdio::null())
+        .stderr(out)
+        .spawn()
+        .expect("start ferry serve");
+    (child, wait_for_port(log, before))
+}
+
+impl Served {
+    /// `kill -9`, then the same server started again on the same store.
+    pub fn kill9_and_restart(&mut self) {
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+        let (child, port) = spawn(&self.dir, &self.log);
+        (self.child, self.port) = (child, port);
+    }
+}
+
+fn wait_for_port(log: &Path, after: usize) -> u16 {
     for _ in 0..200 {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(rest) = text.split("listening on https://127.0.0.1:").nth(1) {
+        if let Some(rest) = text
+            .get(after..)
+            .and_then(|t| t.split("listening on https://127.0.0.1:").nth(1))
+        {
             let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
             return port.parse().expect("a port");
         }
@@ -315,4 +352,34 @@ fn read_response(r: &mut impl Read) -> (u16, Vec<u8>) {
         None => Vec::new(),
     };
     (code, body)
+}
+
+/// A PUT of `body` to `path` on the server at `port`, trusting `ca`; the status, or `None`
+/// when the server could not be reached or the connection broke.
+pub fn put(port: u16, ca: &Path, token: &str, path: &str, body: &[u8]) -> Option<u16> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).ok()? {
+        roots.add(c.ok()?).ok()?;
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?;
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).ok()?;
+    let sock = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .ok()?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).ok()?;
+    tls.write_all(body).ok()?;
+    let (code, _) = read_response(&mut tls);
+    (code != 0).then_some(code)
 }
