@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod keys;
+pub mod listings;
 pub mod metrics;
 pub mod route;
 pub mod sched;

@@ -12,6 +12,7 @@ use ferry_transfer::Remote;
 use tokio::sync::OnceCell;
 
 use crate::config::{Role, Tenant};
+use crate::listings::Listings;
 use crate::sched::Class;
 
 /// Why a request was refused, as an HTTP status and a line.
@@ -68,6 +69,7 @@ pub struct Objects {
     /// pass the "does not exist" check.
     creating: Mutex<HashSet<String>>,
     max_body: u64,
+    listings: Listings,
 }
 
 /// An object listed: its key below the listed prefix, and its size.
@@ -104,6 +106,7 @@ impl Objects {
             tenants,
             creating: Mutex::new(HashSet::new()),
             max_body,
+            listings: Listings::default(),
         }
     }
 
@@ -219,6 +222,7 @@ impl Objects {
         }
         let len = body.len() as u64;
         remote.upload_bytes(body, &full).await?;
+        self.listings.wrote(&full, len);
         if t.quota.is_some() {
             let used = self.used(t).await?;
             used.fetch_add(len, Ordering::Relaxed);
@@ -247,6 +251,7 @@ impl Objects {
             Err(e) => return Err(e.into()),
         };
         remote.delete(&full).await?;
+        self.listings.deleted(&full);
         if let Some(used) = t.used.get() {
             used.fetch_sub(size.min(used.load(Ordering::Relaxed)), Ordering::Relaxed);
         }
@@ -259,10 +264,23 @@ impl Objects {
         &self, t: &TenantState, class: Class, prefix: &str, restic: bool,
     ) -> Result<Vec<Listed>, Refused> {
         let full = self.full(t, prefix);
-        let all = match self.remote(class).list(&full).await {
-            Ok(all) => all,
-            Err(Error::NotFound(_)) => Vec::new(),
-            Err(e) => return Err(e.into()),
+        // Tenants that may delete always get a fresh listing (see crate::listings).
+        let kept = match t.cfg.role {
+            Role::Admin => None,
+            _ => self.listings.get(&full),
+        };
+        let all = match kept {
+            Some(all) => all,
+            None => {
+                let mark = self.listings.mark();
+                let all = match self.remote(class).list(&full).await {
+                    Ok(all) => all,
+                    Err(Error::NotFound(_)) => Vec::new(),
+                    Err(e) => return Err(e.into()),
+                };
+                self.listings.fill(&full, &all, mark);
+                all
+            }
         };
         Ok(all
             .into_iter()
