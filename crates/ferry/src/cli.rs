@@ -90,6 +90,9 @@ pub struct Global {
     /// Command printing the repository password.
     #[arg(long, global = true, env = "FERRY_PASSWORD_COMMAND")]
     pub password_command: Option<String>,
+    /// File holding the tenant token for ferry+https:// stores [default: FERRY_SERVE_TOKEN].
+    #[arg(long, global = true, env = "FERRY_SERVE_TOKEN_FILE")]
+    pub serve_token_file: Option<PathBuf>,
     /// Where remote repositories' metadata is cached [default: $XDG_CACHE_HOME/ferry/repos, else ~/.cache/ferry/repos].
     #[arg(long, global = true, env = "FERRY_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,

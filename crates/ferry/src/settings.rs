@@ -337,6 +337,9 @@ const FIELDS: &[Field] = &[
             .clone()
             .filter(|_| g.password_file.is_none())
     }),
+    ("--serve-token-file", "FERRY_SERVE_TOKEN_FILE", |g| {
+        path(&g.serve_token_file)
+    }),
     ("--concurrency", "FERRY_CONCURRENCY", |g| {
         text(g.concurrency)
     }),
@@ -401,6 +404,19 @@ fn sse_c_key(p: &Path) -> Result<String> {
             })?,
     };
     Ok(BASE64_STANDARD.encode(key))
+}
+
+/// The tenant token for ferry+https:// stores: `--serve-token-file`, else `FERRY_SERVE_TOKEN`
+/// (empty when neither: the store says so when one is opened).
+fn served_token(g: &Global) -> Result<String> {
+    match &g.serve_token_file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .with_context(|| format!("--serve-token-file {}", p.display()))?;
+            Ok(t.trim().to_string())
+        }
+        None => Ok(std::env::var("FERRY_SERVE_TOKEN").unwrap_or_default()),
+    }
 }
 
 fn path(p: &Option<PathBuf>) -> Option<String> {
@@ -554,7 +570,7 @@ impl Settings {
             wal_file: file.wal,
             backup_file: file.backup,
             serve: file.serve,
-            served_token: std::env::var("FERRY_SERVE_TOKEN").unwrap_or_default(),
+            served_token: served_token(g)?,
             served_ca,
         })
     }

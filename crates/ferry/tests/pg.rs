@@ -2,6 +2,8 @@
 //! the point-in-time test on 13, 14, 16, 17 and 18) that archives its WAL with ferry into the
 //! same encrypted repository.
 
+mod common;
+mod servekit;
 mod walkit;
 
 use std::os::unix::fs::PermissionsExt;
@@ -531,6 +533,58 @@ fn backup_and_restore_through_minio() {
     pg.wait_recovery_done(T).unwrap();
     assert_eq!(ids(&pg), "1,2");
     assert_eq!(pg.sql("select count(*) > 0 from t"), "t");
+}
+
+/// A base backup, the WAL archive and a point-in-time restore, all through `ferry serve`
+/// (issue 20): the server stores what it cannot read, the restored server fetches WAL back
+/// through it.
+#[test]
+fn backup_and_point_in_time_restore_through_ferry_serve() {
+    let served = servekit::Served::start("");
+    // The token from a file, as restore_command needs it (the restored server's environment
+    // has no FERRY_SERVE_TOKEN); readable by the clusters' OS user.
+    let token = served.dir.join("token");
+    std::fs::write(&token, &served.tenant("alice").token).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let env = vec![
+        (
+            "FERRY_SERVE_TOKEN_FILE".to_string(),
+            token.display().to_string(),
+        ),
+        ("FERRY_CA_CERT".to_string(), served.ca.display().to_string()),
+    ];
+    let url = format!("ferry+https://127.0.0.1:{}/alice/pg", served.port);
+    let Some(rig) = Rig::encrypted(&Repo::Served { url, env }, true, &[]) else {
+        return;
+    };
+    rig.pg.sql(
+        "create table k (id int primary key, note text, at timestamptz default clock_timestamp())",
+    );
+    insert(&rig, 1);
+    rig.load(20);
+    backup(&rig, &[]);
+    insert(&rig, 2);
+    let t2 = now(&rig);
+    insert(&rig, 3);
+    rig.settle();
+    let (out, to) = restore(&rig, "r", &["--target-time", &t2]);
+    assert!(out.status.success(), "restore: {}", stderr(&out));
+    let pg = start_restored(&rig, &to);
+    pg.wait_recovery_done(T).unwrap();
+    assert_eq!(ids(&pg), "1,2");
+    assert_eq!(pg.sql("select count(*) > 0 from t"), "t");
+    // Everything went to alice's prefix, and nothing there shows a row in plaintext.
+    let files = served.snapshot();
+    assert!(files.len() > 10, "only {} objects stored", files.len());
+    assert!(files
+        .iter()
+        .all(|(p, _)| p.starts_with(served.store.join("alice/pg"))));
+    assert!(
+        !files
+            .iter()
+            .any(|(_, b)| b.windows(MARKER.len()).any(|w| w == MARKER.as_bytes())),
+        "a row in plaintext on the server"
+    );
 }
 
 /// The cluster's owner controls PGDATA: a postgresql.auto.conf turned into a link to a

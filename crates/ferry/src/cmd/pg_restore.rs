@@ -131,6 +131,14 @@ pub async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
     if g.password_file.is_none() && g.password_command.is_none() {
         eprintln!("ferry: note: restore_command reads the password from FERRY_PASSWORD: start the server with it set");
     }
+    let served = stores
+        .settings()
+        .repo
+        .as_deref()
+        .is_some_and(|r| r.starts_with("ferry+https://"));
+    if served && g.serve_token_file.is_none() {
+        eprintln!("ferry: note: restore_command reads the tenant token from FERRY_SERVE_TOKEN: start the server with it set, or restore with --serve-token-file");
+    }
     Ok(())
 }
 
