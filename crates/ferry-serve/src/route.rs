@@ -24,6 +24,44 @@ pub enum Op {
     List { prefix: String, restic: bool },
     /// restic's `POST /?create=true`: nothing to do on an object store.
     Create,
+    /// Block `part` of upload session `upload` for `key` (an object too large for one
+    /// request), kept under the tenant's [`UPLOADS`] until the session completes.
+    PutPart {
+        key: String,
+        upload: String,
+        part: u32,
+    },
+    /// Makes `key` of the session's blocks `0..parts`, in order, and removes them.
+    Compose {
+        key: String,
+        upload: String,
+        parts: u32,
+    },
+    /// Removes a session's blocks.
+    Abort { key: String, upload: String },
+}
+
+/// Where a tenant's upload sessions keep their blocks; no request may name it.
+pub const UPLOADS: &str = ".ferry-uploads";
+
+/// The value of `name=` in `query`.
+fn param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// An upload session id: 32 lowercase hex digits (the client's random pick).
+fn session(query: Option<&str>) -> Result<Option<String>, String> {
+    match param(query, "upload") {
+        None => Ok(None),
+        Some(id)
+            if id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+        {
+            Ok(Some(id.to_string()))
+        }
+        Some(_) => Err("an upload id is 32 lowercase hex digits".into()),
+    }
 }
 
 /// One request, parsed: whose, what, and in which class it waits.
@@ -47,6 +85,9 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> Result<Route, 
     let Some(first) = segs.first() else {
         return Err("no tenant in the path".into());
     };
+    if segs.iter().any(|s| s == UPLOADS) {
+        return Err(format!("{UPLOADS} is the server's"));
+    }
     if first == "v1" {
         ferry(method, &segs[1..], dir, query)
     } else {
@@ -89,8 +130,27 @@ fn ferry(
         (_, true) => return Err("a key is needed".into()),
         (&Method::GET, false) => Op::Get { key },
         (&Method::HEAD, false) => Op::Head { key },
-        (&Method::PUT, false) => Op::Put { key },
-        (&Method::DELETE, false) => Op::Delete { key },
+        (&Method::PUT, false) => match (session(query)?, param(query, "part")) {
+            (None, _) => Op::Put { key },
+            (Some(upload), Some(n)) => Op::PutPart {
+                key,
+                upload,
+                part: n.parse().map_err(|_| "part=N: a block number")?,
+            },
+            (Some(_), None) => return Err("part=N is needed with upload=".into()),
+        },
+        (&Method::POST, false) => match (session(query)?, param(query, "parts")) {
+            (Some(upload), Some(n)) => Op::Compose {
+                key,
+                upload,
+                parts: n.parse().map_err(|_| "parts=N: a block count")?,
+            },
+            _ => return Err("POST needs upload=ID&parts=N".into()),
+        },
+        (&Method::DELETE, false) => match session(query)? {
+            Some(upload) => Op::Abort { key, upload },
+            None => Op::Delete { key },
+        },
         _ => return Err(format!("{method} is not served")),
     };
     Ok(Route {
@@ -240,6 +300,38 @@ mod tests {
             Class::Maintenance
         );
         assert!(parse(&Method::PUT, "/v1/bob/", None).is_err());
+        let id = "0123456789abcdef0123456789abcdef";
+        let r = parse(
+            &Method::PUT,
+            "/v1/bob/big",
+            Some(&format!("upload={id}&part=3")),
+        )
+        .unwrap();
+        assert_eq!(
+            r.op,
+            Op::PutPart {
+                key: "big".into(),
+                upload: id.into(),
+                part: 3
+            }
+        );
+        let r = parse(
+            &Method::POST,
+            "/v1/bob/big",
+            Some(&format!("upload={id}&parts=4")),
+        )
+        .unwrap();
+        assert_eq!(
+            r.op,
+            Op::Compose {
+                key: "big".into(),
+                upload: id.into(),
+                parts: 4
+            }
+        );
+        assert!(parse(&Method::PUT, "/v1/bob/big", Some("upload=../x&part=1")).is_err());
+        assert!(parse(&Method::GET, "/v1/bob/.ferry-uploads/x/0", None).is_err());
+        assert!(parse(&Method::GET, "/bob/.ferry-uploads/config", None).is_err());
         assert!(parse(&Method::PUT, "/v1/", None).is_err());
     }
 }

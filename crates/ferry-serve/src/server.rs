@@ -208,7 +208,7 @@ impl Server {
         let headers = req.headers().clone();
         // Writes: refused before the body is read, then read whole (its length checked)
         // before a slot is taken: a slow client holds its memory, not a slot.
-        let body = if let Op::Put { .. } = r.op {
+        let body = if let Op::Put { .. } | Op::PutPart { .. } = r.op {
             match self.read_body(t, req).await {
                 Ok(b) => Some(b),
                 Err(e) => return (refuse(&e), done),
@@ -295,6 +295,23 @@ impl Server {
                 let body = body.expect("read before");
                 done.bytes_in = body.len() as u64;
                 o.put(t, r.class, key, body).await?;
+                reply(200, "")
+            }
+            Op::PutPart { upload, part, .. } => {
+                let body = body.expect("read before");
+                done.bytes_in = body.len() as u64;
+                o.put_part(t, r.class, upload, *part, body).await?;
+                reply(200, "")
+            }
+            Op::Compose { key, upload, parts } => {
+                if t.cfg.role == crate::config::Role::Read {
+                    return Err(Refused::new(403, "this tenant may only read"));
+                }
+                let size = o.compose(t, r.class, key, upload, *parts).await?;
+                reply(200, size.to_string())
+            }
+            Op::Abort { upload, .. } => {
+                o.abort(t, r.class, upload).await?;
                 reply(200, "")
             }
             Op::Delete { key } => {

@@ -234,6 +234,97 @@ impl Objects {
         Ok(())
     }
 
+    /// The key of block `part` of session `upload` (below the tenant's prefix).
+    fn part_key(upload: &str, part: u32) -> String {
+        format!("{}/{upload}/{part:06}", crate::route::UPLOADS)
+    }
+
+    /// Stores one block of an upload session: a create, allowed to every writing tenant.
+    pub async fn put_part(
+        &self, t: &TenantState, class: Class, upload: &str, part: u32, body: Bytes,
+    ) -> Result<(), Refused> {
+        let full = self.full(t, &Self::part_key(upload, part));
+        let len = body.len() as u64;
+        self.remote(class).upload_bytes(body, &full).await?;
+        if let Some(used) = t.used.get() {
+            used.fetch_add(len, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Makes `key` of a session's blocks `0..parts`, streamed in order into one upload
+    /// through the engine (memory: one block), then removes them. An append-only tenant
+    /// only where nothing is.
+    pub async fn compose(
+        &self, t: &TenantState, class: Class, key: &str, upload: &str, parts: u32,
+    ) -> Result<u64, Refused> {
+        use tokio::io::AsyncWriteExt;
+        let (full, remote) = (self.full(t, key), self.remote(class));
+        let append = t.cfg.role == Role::AppendOnly;
+        let _claim = if append {
+            Some(Claim::take(&self.creating, &full)?)
+        } else {
+            None
+        };
+        if append {
+            match remote.head(&full).await {
+                Ok(_) => return Err(Refused::new(403, "append-only: the object exists")),
+                Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let keys: Vec<String> = (0..parts)
+            .map(|p| self.full(t, &Self::part_key(upload, p)))
+            .collect();
+        let (mut w, r) = tokio::io::duplex(1 << 20);
+        let feed = {
+            let (remote, keys) = (remote.clone(), keys.clone());
+            async move {
+                for k in &keys {
+                    let b = remote.get(k).await?;
+                    w.write_all(&b).await.map_err(|e| Error::io(k, e))?;
+                }
+                w.shutdown().await.map_err(|e| Error::io("compose", e))?;
+                Ok::<_, Error>(())
+            }
+        };
+        let progress = std::sync::Arc::new(ferry_transfer::NoProgress);
+        let (fed, stored) = tokio::join!(feed, remote.upload(r, &full, progress));
+        fed?;
+        let size = stored?;
+        self.listings.wrote(&full, size);
+        let mut freed = 0;
+        for k in &keys {
+            if let Ok(o) = remote.head(k).await {
+                freed += o.size;
+            }
+            remote.delete(k).await?;
+        }
+        if let Some(used) = t.used.get() {
+            used.fetch_add(size, Ordering::Relaxed);
+            used.fetch_sub(freed.min(used.load(Ordering::Relaxed)), Ordering::Relaxed);
+        }
+        Ok(size)
+    }
+
+    /// Removes every block of session `upload`.
+    pub async fn abort(&self, t: &TenantState, class: Class, upload: &str) -> Result<(), Refused> {
+        let dir = self.full(t, &format!("{}/{upload}/", crate::route::UPLOADS));
+        let remote = self.remote(class);
+        let held = match remote.list(&dir).await {
+            Ok(all) => all,
+            Err(Error::NotFound(_)) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        for o in held {
+            remote.delete(&o.key).await?;
+            if let Some(used) = t.used.get() {
+                used.fetch_sub(o.size.min(used.load(Ordering::Relaxed)), Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes `key`; returns its size (for the audit line). Append-only tenants may delete
     /// only restic locks (`lock`).
     pub async fn delete(

@@ -2,22 +2,21 @@
 //! protocol over the same metered HTTP client as the clouds. Keys start with the tenant;
 //! the server keeps each tenant inside its prefix, so a key naming another is refused there.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use object_store::client::{HttpClient, HttpRequestBody};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
 use crate::{BlockId, DigestKind, Error, Limits, Meta, ObjectInfo, Result, Store, Upload};
 
-/// Largest object the server takes in one request (its default `max_body` is 128 MiB).
-pub const MAX_OBJECT: u64 = 64 << 20;
+/// Largest block the server takes in one request (its default `max_body` is 128 MiB);
+/// larger objects go in blocks that the server composes.
+pub const MAX_BLOCK: u64 = 64 << 20;
 
 /// What a path segment escapes: everything but unreserved characters.
 const SEGMENT: &AsciiSet = &CONTROLS
@@ -43,9 +42,6 @@ pub struct ServedStore {
     base: String,
     token: String,
     http: HttpClient,
-    /// Blocks of sessions not yet completed: the server takes an object in one request, so
-    /// a session's blocks are held here until completion (at most [`MAX_OBJECT`] bytes).
-    sessions: Mutex<HashMap<String, Vec<(usize, Bytes)>>>,
 }
 
 impl std::fmt::Debug for ServedStore {
@@ -69,7 +65,6 @@ impl ServedStore {
             base: format!("https://{host_port}"),
             token: token.to_string(),
             http: crate::cloud::config::connector(ca_cert)?.http(),
-            sessions: Mutex::new(HashMap::new()),
         })
     }
 
@@ -140,8 +135,8 @@ impl Store for ServedStore {
     fn limits(&self) -> Limits {
         Limits {
             min_block: 1,
-            max_block: MAX_OBJECT,
-            max_blocks: 1,
+            max_block: MAX_BLOCK,
+            max_blocks: 10_000,
         }
     }
 
@@ -247,53 +242,38 @@ impl Store for ServedStore {
     }
 
     async fn start_upload(&self, key: &str, _meta: &Meta) -> Result<Upload> {
-        let id = format!("{:032x}", rand::random::<u128>());
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone(), Vec::new());
-        Ok(Upload::new(key, id))
+        // The session is the server's once its first block arrives: the id is ours to pick.
+        Ok(Upload::new(key, format!("{:032x}", rand::random::<u128>())))
     }
 
     async fn put_block(
         &self, up: &Upload, idx: usize, _offset: u64, data: Bytes,
     ) -> Result<BlockId> {
-        let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let blocks = s
-            .get_mut(&up.id)
-            .ok_or_else(|| Error::Invalid(format!("{}: no such upload", up.key)))?;
-        blocks.retain(|(i, _)| *i != idx);
-        blocks.push((idx, data));
+        let q = format!("{}?upload={}&part={idx}", Self::path(&up.key), up.id);
+        self.call(Method::PUT, &q, None, data).await?;
         Ok(BlockId(idx.to_string()))
     }
 
     async fn complete_upload(
-        &self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta,
+        &self, up: &Upload, blocks: Vec<BlockId>, _meta: &Meta,
     ) -> Result<Option<String>> {
-        let held = self
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&up.id)
-            .ok_or_else(|| Error::Invalid(format!("{}: no such upload", up.key)))?;
-        let by_idx: HashMap<String, Bytes> =
-            held.into_iter().map(|(i, b)| (i.to_string(), b)).collect();
-        let mut whole = BytesMut::new();
-        for b in &blocks {
-            let part = by_idx
-                .get(&b.0)
-                .ok_or_else(|| Error::Invalid(format!("{}: block {} was not sent", up.key, b.0)))?;
-            whole.extend_from_slice(part);
+        // The server composes blocks 0..n in order: that is what the engine hands over.
+        if blocks.iter().enumerate().any(|(i, b)| b.0 != i.to_string()) {
+            return Err(Error::Invalid(format!("{}: blocks out of order", up.key)));
         }
-        self.put(&up.key, whole.freeze(), meta).await?;
+        let q = format!(
+            "{}?upload={}&parts={}",
+            Self::path(&up.key),
+            up.id,
+            blocks.len()
+        );
+        self.call(Method::POST, &q, None, Bytes::new()).await?;
         Ok(None)
     }
 
     async fn abort_upload(&self, up: &Upload) -> Result<()> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&up.id);
+        let q = format!("{}?upload={}", Self::path(&up.key), up.id);
+        self.call(Method::DELETE, &q, None, Bytes::new()).await?;
         Ok(())
     }
 }

@@ -433,6 +433,38 @@ fn ferry_backs_up_restores_and_copies_through_ferry_serve() {
         "cp down",
     );
     assert!(ferry_testkit::same_file(&src.join("big"), &got));
+    // An object larger than one request takes: sent in blocks, composed by the server.
+    let huge = temp_dir().join("huge");
+    ferry_testkit::random_file(&huge, 100 << 20, 11);
+    let obj = format!("ferry+https://127.0.0.1:{}/alice/files/huge", served.port);
+    assert_ok(
+        &ferry_as(&served, "alice", &["cp", s(&huge), &obj]),
+        "cp huge up",
+    );
+    let got = temp_dir().join("huge");
+    assert_ok(
+        &ferry_as(&served, "alice", &["cp", &obj, s(&got)]),
+        "cp huge down",
+    );
+    assert!(ferry_testkit::same_file(&huge, &got));
+    assert!(
+        !served
+            .snapshot()
+            .iter()
+            .any(|(p, _)| p.to_str().unwrap().contains(".ferry-uploads")),
+        "blocks left behind after the composition"
+    );
+    // An append-only tenant cannot compose over what exists.
+    let bobs = format!("ferry+https://127.0.0.1:{}/bob/huge", served.port);
+    assert_ok(
+        &ferry_as(&served, "bob", &["cp", s(&huge), &bobs]),
+        "bob's first cp",
+    );
+    let out = ferry_as(&served, "bob", &["cp", s(&got), &bobs]);
+    assert!(
+        !out.status.success(),
+        "an append-only tenant replaced an object"
+    );
     // Another tenant's token on alice's repository: one line, nothing written.
     let before = served.snapshot();
     let out = ferry_as(&served, "bob", &["--repo", &repo, "backup", s(&src)]);
