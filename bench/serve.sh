@@ -26,6 +26,7 @@ FAST_KDF=${FAST_KDF:-1} KDF_N=${KDF_N:-1024} SYNC_TIMEOUT=${SYNC_TIMEOUT:-600}
 OUT=${OUT:-/tmp/ferry-bench-serve.json}
 FERRY_PORT=8443 REST_PORT=8000
 if [ $(( BACKUPS + RESTORES )) -gt "$TENANTS" ]; then echo "BACKUPS + RESTORES > TENANTS" >&2; exit 2; fi
+NS=${NS:-ferryserve}   # its own namespace and scratch dir: other benches (lib.sh's ferrybench) may run too
 . bench/lib.sh
 scripts/install-tools minio toxiproxy restic rest-server
 [ -x target/release/ferry ] || cargo build --release -p ferry --offline
@@ -141,6 +142,8 @@ json.dump({"tenants": $TENANTS, "backups": $BACKUPS, "restores": $RESTORES, "bas
   "rest_server": "$REST_VERSION", "restic": "$RESTIC_VERSION", "load_start": "$LOAD_START",
   "load_end": "$(cut -d' ' -f1 /proc/loadavg)"}, open(sys.argv[1], "w"))
 PY
-# Keep the servers' access logs beside the JSON (the scratch dir goes at exit).
-mkdir -p "${OUT%.json}-logs"; cp "$W"/*.log "${OUT%.json}-logs/" 2>/dev/null || :
+# Keep the servers' access logs and drive.py's raw results (every WAL push) beside the JSON:
+# the scratch dir goes at exit.
+rm -rf "${OUT%.json}-logs"; mkdir -p "${OUT%.json}-logs"
+cp "$W"/*.log "$W"/*.stderr "$W"/results/*.json "${OUT%.json}-logs/" 2>/dev/null || :
 python3 bench/serve/report.py "$OUT" "$W/meta.json" "$W"/results/*.json

@@ -21,6 +21,10 @@ pub struct Config {
     pub tls_cert: PathBuf,
     /// See [`Config::tls_cert`].
     pub tls_key: PathBuf,
+    /// PEM CA certificates that sign client certificates: with it, a client may present a
+    /// certificate instead of a token (see [`Tenant::client_cert_subject`]).
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
     /// SHA-256 of the token `/metrics` asks for; without it, `/metrics` is open (bind to
     /// loopback then).
     #[serde(default)]
@@ -44,6 +48,10 @@ pub struct Tenant {
     pub token_sha256: String,
     /// What the tenant may do.
     pub role: Role,
+    /// The subject (`CN=db1,O=example`, as RFC 4514 writes it) of a client certificate,
+    /// signed by `client_ca`, that authenticates this tenant as its token does.
+    #[serde(default)]
+    pub client_cert_subject: Option<String>,
     /// Most bytes the tenant may hold (`10GiB`); none when absent.
     #[serde(default)]
     pub quota: Option<String>,

@@ -34,10 +34,31 @@ pub fn tls(cfg: &Config) -> Result<Arc<rustls::ServerConfig>, String> {
     let key = PrivateKeyDer::from_pem_file(&cfg.tls_key)
         .map_err(|e| format!("{}: {e}", cfg.tls_key.display()))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut c = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
+        .map_err(|e| e.to_string())?;
+    let builder = match &cfg.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            let pems = CertificateDer::pem_file_iter(ca)
+                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("{}: {e}", ca.display()))?;
+            for c in pems {
+                roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+            }
+            // Optional: clients without a certificate authenticate with a token.
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| format!("{}: {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut c = builder
         .with_single_cert(certs, key)
         .map_err(|e| format!("{}: {e}", cfg.tls_cert.display()))?;
     c.alpn_protocols = vec![b"http/1.1".to_vec()];

@@ -105,9 +105,17 @@ impl Server {
                 else {
                     return;
                 };
+                // A client certificate, verified against client_ca during the handshake.
+                let subject: Option<Arc<str>> = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|c| subject(c.as_ref()))
+                    .map(Arc::from);
                 let service = hyper::service::service_fn(move |req| {
-                    let me = me.clone();
-                    async move { Ok::<_, Infallible>(me.handle(peer, req).await) }
+                    let (me, subject) = (me.clone(), subject.clone());
+                    async move { Ok::<_, Infallible>(me.handle(peer, subject.as_deref(), req).await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -120,7 +128,10 @@ impl Server {
     }
 
     /// Answers one request.
-    pub async fn handle(&self, peer: SocketAddr, req: Request<Incoming>) -> Reply {
+    /// `subject`: the client certificate's subject, when the client presented one.
+    pub async fn handle(
+        &self, peer: SocketAddr, subject: Option<&str>, req: Request<Incoming>,
+    ) -> Reply {
         let start = Instant::now();
         let (method, path) = (req.method().clone(), req.uri().path().to_string());
         // hyper bounds its read buffer, but a head that arrived whole in a few reads can pass
@@ -147,7 +158,7 @@ impl Server {
             }
             _ => {}
         }
-        let who = self.authenticate(req.headers());
+        let who = self.authenticate(req.headers(), subject);
         let route = route::parse(&method, &path, req.uri().query());
         let (reply, class, done, tenant) = match (who, route) {
             (None, _) => (
@@ -184,9 +195,17 @@ impl Server {
     }
 
     /// The tenant the request's credentials name: HTTP Basic (restic: the user is the
-    /// tenant, the password its token) or a bearer token.
-    fn authenticate(&self, h: &HeaderMap) -> Option<&TenantState> {
-        let auth = h.get(AUTHORIZATION)?.to_str().ok()?;
+    /// tenant, the password its token), a bearer token, or else the connection's client
+    /// certificate.
+    fn authenticate(&self, h: &HeaderMap, subject: Option<&str>) -> Option<&TenantState> {
+        let Some(auth) = h.get(AUTHORIZATION) else {
+            let subject = subject?;
+            return self
+                .objects
+                .tenants()
+                .find(|t| t.cfg.client_cert_subject.as_deref() == Some(subject));
+        };
+        let auth = auth.to_str().ok()?;
         if let Some(b) = auth.strip_prefix("Basic ") {
             let raw = base64::engine::general_purpose::STANDARD
                 .decode(b.trim())
@@ -353,6 +372,13 @@ impl Server {
             }
         })
     }
+}
+
+/// A certificate's subject as RFC 4514 writes it.
+fn subject(der: &[u8]) -> Option<String> {
+    use x509_cert::der::Decode;
+    let c = x509_cert::Certificate::from_der(der).ok()?;
+    Some(c.tbs_certificate.subject.to_string())
 }
 
 fn bearer(h: &HeaderMap) -> Option<&str> {

@@ -620,3 +620,32 @@ fn kill_9_under_load_loses_nothing_acknowledged() {
         );
     }
 }
+
+/// A client certificate signed by the server's client CA authenticates its tenant; one with
+/// the same subject signed by another CA does not.
+#[test]
+fn a_client_certificate_stands_for_a_token() {
+    let served = Served::start_opts(LIMITS, true);
+    let put = "PUT /v1/erin/x HTTP/1.1\nHost: h\nContent-Length: 0\nConnection: close\n\n";
+    assert_eq!(served.raw_cert("erin", put).0, 200);
+    assert!(served.store.join("erin/x").exists());
+    let get = "GET /v1/alice/x HTTP/1.1\nHost: h\nConnection: close\n\n";
+    assert_eq!(
+        served.raw_cert("erin", get).0,
+        403,
+        "erin's certificate on alice's prefix"
+    );
+    // Another CA's certificate: the handshake fails, or the request is not authenticated.
+    let put2 = "PUT /v1/erin/y HTTP/1.1\nHost: h\nContent-Length: 0\nConnection: close\n\n";
+    let (code, _) = served.raw_cert("mallory", put2);
+    assert!(
+        code == 0 || code == 401,
+        "a certificate from another CA: {code}"
+    );
+    assert!(!served.store.join("erin/y").exists());
+    // Without a certificate, tokens work as before.
+    assert_eq!(
+        served.request("PUT", "/v1/alice/z", Some("alice"), b"z").0,
+        200
+    );
+}

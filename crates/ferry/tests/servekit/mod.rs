@@ -49,6 +49,14 @@ impl Served {
     /// alice (admin), bob (append-only), carol (read), dave (admin, 64 KiB quota); `limits`
     /// is the `[serve.limits]` table's body.
     pub fn start(limits: &str) -> Served {
+        Self::start_opts(limits, false)
+    }
+
+    /// [`Served::start`]; with `client_certs`, also a client CA trusted by the server, and
+    /// tenant erin (admin) authenticated by the certificate `CN=erin-host` it signed
+    /// (`dir/erin.crt`, `dir/erin.key`); `dir/mallory.*` is one for the same subject signed
+    /// by another CA.
+    pub fn start_opts(limits: &str, client_certs: bool) -> Served {
         let dir = temp_dir();
         let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
         let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
@@ -114,6 +122,70 @@ impl Served {
                 .expect("openssl");
             assert!(made.success(), "openssl {args:?} failed");
         }
+        let mut extra = String::new();
+        if client_certs {
+            let ssl = |args: &[&str]| {
+                let ok = Command::new("openssl")
+                    .args(args)
+                    .stderr(Stdio::null())
+                    .status()
+                    .expect("openssl");
+                assert!(ok.success(), "openssl {args:?} failed");
+            };
+            for (ca, who) in [("client-ca", "erin"), ("other-ca", "mallory")] {
+                let p = |n: &str| s(&dir.join(n)).to_string();
+                ssl(&[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "2",
+                    "-subj",
+                    &format!("/CN={ca}"),
+                    "-keyout",
+                    &p(&format!("{ca}.key")),
+                    "-out",
+                    &p(&format!("{ca}.pem")),
+                ]);
+                ssl(&[
+                    "req",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-subj",
+                    "/CN=erin-host",
+                    "-keyout",
+                    &p(&format!("{who}.key")),
+                    "-out",
+                    &p(&format!("{who}.csr")),
+                ]);
+                std::fs::write(
+                    dir.join("client.cnf"),
+                    "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+                )
+                .unwrap();
+                ssl(&[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &p(&format!("{who}.csr")),
+                    "-CA",
+                    &p(&format!("{ca}.pem")),
+                    "-CAkey",
+                    &p(&format!("{ca}.key")),
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-extfile",
+                    &p("client.cnf"),
+                    "-out",
+                    &p(&format!("{who}.crt")),
+                ]);
+            }
+            extra = format!("client_ca = \"{}\"\n", s(&dir.join("client-ca.pem")));
+        }
         let tenants = vec![
             Tenant {
                 name: "alice",
@@ -142,7 +214,7 @@ impl Served {
         ];
         let store = dir.join("store");
         let mut toml = format!(
-            "[serve]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n[serve.limits]\n{limits}\n",
+            "[serve]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n{extra}[serve.limits]\n{limits}\n",
             s(&store),
             s(&cert),
             s(&key)
@@ -157,6 +229,12 @@ impl Served {
             if let Some(q) = t.quota {
                 toml += &format!("quota = \"{q}\"\n");
             }
+        }
+        if client_certs {
+            toml += &format!(
+                "[[serve.tenant]]\nname = \"erin\"\ntoken_sha256 = \"{}\"\nrole = \"admin\"\nclient_cert_subject = \"CN=erin-host\"\n",
+                sha256_hex(&token("erin"))
+            );
         }
         let config = dir.join("ferry.toml");
         std::fs::write(&config, toml).unwrap();
@@ -212,7 +290,24 @@ impl Served {
 
     /// [`Served::raw`] through `addr` (a proxy in front of the server).
     pub fn raw_via(&self, addr: &str, head: &str, body: &[u8], cut: bool) -> (u16, Vec<u8>) {
-        let mut tls = self.connect(addr);
+        self.raw_as(addr, None, head, body, cut)
+    }
+
+    /// [`Served::raw`], presenting the client certificate `dir/NAME.crt` (key `NAME.key`).
+    pub fn raw_cert(&self, name: &str, head: &str) -> (u16, Vec<u8>) {
+        self.raw_as(
+            &format!("127.0.0.1:{}", self.port),
+            Some(name),
+            head,
+            b"",
+            false,
+        )
+    }
+
+    fn raw_as(
+        &self, addr: &str, cert: Option<&str>, head: &str, body: &[u8], cut: bool,
+    ) -> (u16, Vec<u8>) {
+        let mut tls = self.connect(addr, cert);
         let head = head.replace('\n', "\r\n");
         let _ = tls.write_all(head.as_bytes());
         let _ = tls.write_all(body);
@@ -247,18 +342,35 @@ impl Served {
         )
     }
 
-    fn connect(&self, addr: &str) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    fn connect(
+        &self, addr: &str, cert: Option<&str>,
+    ) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
         use rustls_pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         for c in rustls_pki_types::CertificateDer::pem_file_iter(&self.ca).unwrap() {
             roots.add(c.unwrap()).unwrap();
         }
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let cfg = match cert {
+            None => builder.with_no_client_auth(),
+            Some(n) => {
+                let certs = rustls_pki_types::CertificateDer::pem_file_iter(
+                    self.dir.join(format!("{n}.crt")),
+                )
+                .unwrap()
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+                let key = rustls_pki_types::PrivateKeyDer::from_pem_file(
+                    self.dir.join(format!("{n}.key")),
+                )
+                .unwrap();
+                builder.with_client_auth_cert(certs, key).unwrap()
+            }
+        };
         let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
         let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
         let sock = TcpStream::connect(addr).unwrap();
