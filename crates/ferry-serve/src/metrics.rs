@@ -20,6 +20,11 @@ struct Who {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendOp {
+    op: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Answer {
     tenant: String,
     class: String,
@@ -44,6 +49,8 @@ pub struct Metrics {
     wait: Seconds,
     service: Seconds,
     depth: Family<Who, Gauge>,
+    backend: Family<BackendOp, Histogram, fn() -> Histogram>,
+    retries: Gauge,
 }
 
 impl Default for Metrics {
@@ -56,6 +63,9 @@ impl Default for Metrics {
         let wait: Seconds = Family::new_with_constructor(seconds);
         let service: Seconds = Family::new_with_constructor(seconds);
         let depth = Family::<Who, Gauge>::default();
+        let backend: Family<BackendOp, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(seconds);
+        let retries = Gauge::default();
         registry.register("requests", "Requests answered, by status", requests.clone());
         registry.register(
             "bytes_in",
@@ -67,6 +77,16 @@ impl Default for Metrics {
         registry.register("wait_seconds", "Time waiting for a slot", wait.clone());
         registry.register("service_seconds", "Time of the store work", service.clone());
         registry.register("queue_depth", "Requests waiting for a slot", depth.clone());
+        registry.register(
+            "backend_seconds",
+            "Time of each operation on the backend, retries included",
+            backend.clone(),
+        );
+        registry.register(
+            "backend_retries",
+            "Backend requests retried after a transient failure, since start",
+            retries.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -76,6 +96,8 @@ impl Default for Metrics {
             wait,
             service,
             depth,
+            backend,
+            retries,
         }
     }
 }
@@ -125,8 +147,17 @@ impl Metrics {
         }
     }
 
-    /// The text exposition, queue depths read from `sched` now.
-    pub fn encode(&self, sched: &Scheduler) -> String {
+    /// One operation on the backend (`get`, `put`, `list`, ...) took `d`.
+    pub fn backend(&self, op: &str, d: Duration) {
+        self.backend
+            .get_or_create(&BackendOp { op: op.to_string() })
+            .observe(d.as_secs_f64());
+    }
+
+    /// The text exposition, queue depths read from `sched` and the backend's retries from
+    /// `retries` now.
+    pub fn encode(&self, sched: &Scheduler, retries: u64) -> String {
+        self.retries.set(i64::try_from(retries).unwrap_or(i64::MAX));
         self.depth.clear();
         for (t, c, n) in sched.depths() {
             self.depth.get_or_create(&who(&t, c)).set(n as i64);

@@ -41,6 +41,23 @@ pub enum Op {
     Abort { key: String, upload: String },
 }
 
+impl Op {
+    /// The operation's name in metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Get { .. } => "get",
+            Op::Head { .. } => "head",
+            Op::Put { .. } => "put",
+            Op::Delete { .. } => "delete",
+            Op::List { .. } => "list",
+            Op::Create => "create",
+            Op::PutPart { .. } => "put_part",
+            Op::Compose { .. } => "compose",
+            Op::Abort { .. } => "abort",
+        }
+    }
+}
+
 /// Where a tenant's upload sessions keep their blocks; no request may name it.
 pub const UPLOADS: &str = ".ferry-uploads";
 

@@ -152,7 +152,10 @@ impl Server {
                     bearer(req.headers()).is_some_and(|t| hash_matches(h, t.as_bytes()))
                 });
                 return match open {
-                    true => reply(200, self.metrics.encode(&self.sched)),
+                    true => reply(
+                        200,
+                        self.metrics.encode(&self.sched, self.objects.retries()),
+                    ),
                     false => refuse(&Refused::new(401, "a token is needed")),
                 };
             }
@@ -253,6 +256,7 @@ impl Server {
         };
         drop(permit);
         done.service = served.elapsed();
+        self.metrics.backend(r.op.name(), done.service);
         (reply, done)
     }
 

@@ -120,6 +120,11 @@ impl Objects {
         self.tenants.values()
     }
 
+    /// Backend requests the engine retried so far.
+    pub fn retries(&self) -> u64 {
+        self.backend.report().retries
+    }
+
     /// The largest body one request may carry.
     pub fn max_body(&self) -> u64 {
         self.max_body

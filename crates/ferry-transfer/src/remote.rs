@@ -42,6 +42,11 @@ impl Remote {
         }
     }
 
+    /// What the engine this remote goes through has done so far (shared by its clones).
+    pub fn report(&self) -> crate::Report {
+        self.engine.report()
+    }
+
     /// Where the store points, for messages.
     pub fn url(&self) -> String {
         self.store.url()
