@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, RANGE, RETRY_AFTER};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{hash_matches, Config};
 use crate::metrics::{Done, Metrics};
@@ -230,13 +230,13 @@ impl Server {
         let headers = req.headers().clone();
         // Writes: refused before the body is read, then read whole (its length checked)
         // before a slot is taken: a slow client holds its memory, not a slot.
-        let body = if let Op::Put { .. } | Op::PutPart { .. } = r.op {
+        let (body, _memory) = if let Op::Put { .. } | Op::PutPart { .. } = r.op {
             match self.read_body(t, req).await {
-                Ok(b) => Some(b),
+                Ok((b, m)) => (Some(b), Some(m)),
                 Err(e) => return (refuse(&e), done),
             }
         } else {
-            None
+            (None, None)
         };
         let waited = Instant::now();
         let permit = match self.sched.admit(&t.cfg.name, r.class).await {
@@ -260,32 +260,48 @@ impl Server {
         (reply, done)
     }
 
-    async fn read_body(&self, t: &TenantState, req: Request<Incoming>) -> Result<Bytes, Refused> {
+    /// The body of a write, read whole into one buffer of its announced length; with the
+    /// share of the body-memory budget it holds until the write is done.
+    async fn read_body(
+        &self, t: &TenantState, req: Request<Incoming>,
+    ) -> Result<(Bytes, OwnedSemaphorePermit), Refused> {
         let len = req
             .headers()
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
             .ok_or_else(|| Refused::new(411, "a Content-Length is needed"))?;
         self.objects.may_write(t, len).await?;
-        let _memory = tokio::time::timeout(
+        let memory = tokio::time::timeout(
             HEAD_TIMEOUT,
             self.bodies.clone().acquire_many_owned(kib(len)),
         )
         .await
         .map_err(|_| Refused::new(503, "busy: too many bodies in memory"))?
         .map_err(|_| Refused::new(503, "shutting down"))?;
-        let body = Limited::new(req.into_body(), len as usize)
-            .collect()
-            .await
-            .map_err(|e| Refused::new(400, format!("the body did not arrive whole: {e}")))?
-            .to_bytes();
-        if body.len() as u64 != len {
+        // One buffer of the announced size, filled frame by frame: collecting the frames
+        // and joining them would hold the body twice.
+        let mut buf = BytesMut::with_capacity(len as usize);
+        let mut body = req.into_body();
+        while let Some(frame) = body.frame().await {
+            let frame = frame
+                .map_err(|e| Refused::new(400, format!("the body did not arrive whole: {e}")))?;
+            if let Ok(data) = frame.into_data() {
+                if (buf.len() + data.len()) as u64 > len {
+                    return Err(Refused::new(
+                        400,
+                        "the body is longer than its Content-Length",
+                    ));
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+        if buf.len() as u64 != len {
             return Err(Refused::new(
                 400,
                 "the body is shorter than its Content-Length",
             ));
         }
-        Ok(body)
+        Ok((buf.freeze(), memory))
     }
 
     async fn op(
