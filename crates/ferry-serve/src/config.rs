@@ -125,6 +125,16 @@ impl Tenant {
     pub fn token_matches(&self, token: &[u8]) -> bool {
         hash_matches(&self.token_sha256, token)
     }
+
+    /// True when `digest` ([`digest`] of a presented token) is this tenant's token's.
+    pub fn digest_matches(&self, digest: &[u8; 32]) -> bool {
+        parse_hash(&self.token_sha256).is_ok_and(|want| digest.ct_eq(&want).into())
+    }
+}
+
+/// SHA-256 of a presented token.
+pub fn digest(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
 }
 
 /// True when SHA-256 of `token` is `hash_hex`, compared in constant time.
@@ -132,8 +142,7 @@ pub fn hash_matches(hash_hex: &str, token: &[u8]) -> bool {
     let Ok(want) = parse_hash(hash_hex) else {
         return false;
     };
-    let got: [u8; 32] = Sha256::digest(token).into();
-    got.ct_eq(&want).into()
+    digest(token).ct_eq(&want).into()
 }
 
 fn parse_hash(h: &str) -> Result<[u8; 32], String> {

@@ -32,6 +32,11 @@ pub fn segments(path: &str) -> Result<(Vec<String>, bool), String> {
         if s.chars().any(|c| c == '/' || c == '\\' || c.is_control()) {
             return Err("a slash, backslash or control character in a name".into());
         }
+        // The local store's temporary files carry this mark and are left out of its
+        // listings: an object named so would be stored but never listed or counted.
+        if s.contains(".ferry-tmp") {
+            return Err("names containing .ferry-tmp are the server's".into());
+        }
         out.push(s.into_owned());
     }
     Ok((out, dir))
@@ -54,6 +59,7 @@ mod tests {
             "/a/%00",
             "/a/%0a",
             "/a/%ff",
+            "/a/x.ferry-tmp-1",
         ] {
             assert!(segments(p).is_err(), "{p} accepted");
         }

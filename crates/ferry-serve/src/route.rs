@@ -58,6 +58,9 @@ impl Op {
     }
 }
 
+/// Most blocks one upload session may have (ferry's client uses at most this many).
+pub const MAX_PARTS: u32 = 10_000;
+
 /// Where a tenant's upload sessions keep their blocks; no request may name it.
 pub const UPLOADS: &str = ".ferry-uploads";
 
@@ -152,7 +155,11 @@ fn ferry(
             (Some(upload), Some(n)) => Op::PutPart {
                 key,
                 upload,
-                part: n.parse().map_err(|_| "part=N: a block number")?,
+                part: n
+                    .parse()
+                    .ok()
+                    .filter(|n| *n < MAX_PARTS)
+                    .ok_or(format!("part=N: a block number below {MAX_PARTS}"))?,
             },
             (Some(_), None) => return Err("part=N is needed with upload=".into()),
         },
@@ -160,7 +167,11 @@ fn ferry(
             (Some(upload), Some(n)) => Op::Compose {
                 key,
                 upload,
-                parts: n.parse().map_err(|_| "parts=N: a block count")?,
+                parts: n
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_PARTS).contains(n))
+                    .ok_or(format!("parts=N: a block count, 1 to {MAX_PARTS}"))?,
             },
             _ => return Err("POST needs upload=ID&parts=N".into()),
         },
@@ -347,6 +358,14 @@ mod tests {
             }
         );
         assert!(parse(&Method::PUT, "/v1/bob/big", Some("upload=../x&part=1")).is_err());
+        let huge = format!("upload={id}&parts=4294967295");
+        assert!(parse(&Method::POST, "/v1/bob/big", Some(&huge)).is_err());
+        assert!(parse(
+            &Method::POST,
+            "/v1/bob/big",
+            Some(&format!("upload={id}&parts=0"))
+        )
+        .is_err());
         assert!(parse(&Method::GET, "/v1/bob/.ferry-uploads/x/0", None).is_err());
         assert!(parse(&Method::GET, "/bob/.ferry-uploads/config", None).is_err());
         assert!(parse(&Method::PUT, "/v1/", None).is_err());

@@ -57,10 +57,13 @@ pub struct Limits {
     pub slots: usize,
     /// Requests one tenant may have waiting in one class; past it, 503.
     pub queue: usize,
-    /// Bytes of request bodies held in memory at once, all clients together.
+    /// Bytes of request and response bodies held in memory at once, all clients together;
+    /// one tenant may hold a quarter of it.
     pub body_memory: String,
     /// Largest object one request may write or read whole.
     pub max_body: String,
+    /// Connections open at once; past it, new ones are closed at once.
+    pub connections: usize,
     /// Retry-After, seconds: the answer is this plus up to as much again, at random, so that
     /// refused clients do not come back together.
     pub retry_after: u64,
@@ -72,7 +75,9 @@ impl Default for Limits {
             slots: 64,
             queue: 32,
             body_memory: "512MiB".into(),
-            max_body: "128MiB".into(),
+            // restic's largest packs (--pack-size 128) run past 128 MiB by up to a blob.
+            max_body: "160MiB".into(),
+            connections: 4096,
             retry_after: 1,
         }
     }
@@ -168,18 +173,19 @@ impl Scheduler {
                 });
             }
             let ring = &mut st.classes[class as usize];
-            let q = ring.waiting.entry(Arc::from(tenant)).or_default();
+            let tenant: Arc<str> = Arc::from(tenant);
+            let q = ring.waiting.entry(tenant.clone()).or_default();
             q.retain(|tx| !tx.is_closed());
             if q.len() >= self.queue {
                 return Err(self.busy());
             }
             let (tx, rx) = oneshot::channel();
-            let first = q.is_empty();
             q.push_back(tx);
-            if first {
-                ring.turn.push_back(Arc::from(tenant));
+            // A tenant is in the turn order once, however its queue came and went.
+            if !ring.turn.contains(&tenant) {
+                ring.turn.push_back(tenant);
             }
-            if ring.turn.len() == 1 && first {
+            if ring.since.is_none() {
                 ring.since = Some(Instant::now());
             }
             rx
@@ -250,18 +256,28 @@ impl State {
         };
         let ring = &mut self.classes[c];
         ring.since = Some(now);
-        let tenant = ring.turn.pop_front()?;
-        let q = ring.waiting.get_mut(&tenant)?;
-        let tx = q.pop_front();
-        if q.is_empty() {
-            ring.waiting.remove(&tenant);
-        } else {
-            ring.turn.push_back(tenant);
+        // Tenants whose waiters all left are passed over, not taken for an empty class.
+        let mut got = None;
+        while let Some(tenant) = ring.turn.pop_front() {
+            let Some(q) = ring.waiting.get_mut(&tenant) else {
+                continue;
+            };
+            let tx = q.pop_front();
+            if q.is_empty() {
+                ring.waiting.remove(&tenant);
+            } else {
+                ring.turn.push_back(tenant);
+            }
+            if tx.is_some() {
+                got = tx;
+                break;
+            }
         }
         if ring.turn.is_empty() {
             ring.since = None;
         }
-        tx
+        // Another class may still wait: the caller asks again when this one had none.
+        got.or_else(|| self.next(rng))
     }
 }
 
@@ -378,6 +394,34 @@ mod tests {
             (20..=400).contains(&maint),
             "maintenance picked {maint} of 10000"
         );
+    }
+
+    /// A tenant whose only waiter left, then asked again, is in the turn order once, and
+    /// every other waiter still gets a slot as slots come free.
+    #[tokio::test]
+    async fn a_waiter_that_left_does_not_strand_the_others() {
+        let s = Scheduler::new(&limits(1, 10));
+        let hold = s.admit("x", Class::Backup).await.unwrap();
+        let gone = {
+            let s = s.clone();
+            tokio::spawn(async move { s.admit("a", Class::Backup).await.map(drop) })
+        };
+        settle().await;
+        gone.abort();
+        let _ = gone.await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut all = queue(&s, "a", Class::Backup, 1, "a", &order);
+        settle().await;
+        all.extend(queue(&s, "b", Class::Backup, 2, "b", &order));
+        settle().await;
+        drop(hold);
+        for h in all {
+            tokio::time::timeout(Duration::from_secs(5), h)
+                .await
+                .expect("a waiter was stranded")
+                .unwrap();
+        }
+        assert_eq!(order.lock().unwrap().len(), 3);
     }
 
     #[tokio::test]

@@ -27,6 +27,10 @@ use crate::store::{Objects, Refused, TenantState};
 const RESTIC_V2: &str = "application/vnd.x.restic.rest.v2";
 /// Longest request head (request line and headers); past it, 431.
 const MAX_HEAD: usize = 64 << 10;
+/// Slowest a body may arrive (after [`HEAD_TIMEOUT`] of grace): bytes per second.
+const MIN_RATE: u64 = 64 << 10;
+/// Memory held for one body: the tenant's share and everyone's.
+type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 /// A TLS handshake, or a request's head, must arrive within this.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -37,21 +41,57 @@ pub struct Server {
     objects: Objects,
     sched: Arc<Scheduler>,
     metrics: Metrics,
-    /// Bytes of bodies in memory, in KiB permits.
+    /// Bytes of bodies in memory, in KiB permits, all tenants together.
     bodies: Arc<Semaphore>,
+    /// Connections that may be open at once.
+    connections: Arc<Semaphore>,
     metrics_token: Option<String>,
 }
 
-type Reply = Response<Full<Bytes>>;
+type Reply = Response<Out>;
+
+/// An answer's body, with the memory it holds until it is sent.
+#[derive(Default)]
+pub struct Out {
+    body: Full<Bytes>,
+    /// Given back when the answer is dropped: sent, or its client gone.
+    #[allow(dead_code)]
+    held: Option<Held>,
+}
+
+impl http_body::Body for Out {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
 
 fn reply(status: u16, body: impl Into<Bytes>) -> Reply {
-    let mut r = Response::new(Full::new(body.into()));
+    let mut r = Response::new(Out {
+        body: Full::new(body.into()),
+        held: None,
+    });
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r
 }
 
 fn refuse(e: &Refused) -> Reply {
     let mut r = reply(e.status, format!("{}\n", e.why));
+    if e.status == 503 {
+        r.headers_mut().insert(RETRY_AFTER, 1.into());
+    }
     if e.status == 401 {
         r.headers_mut().insert(
             "www-authenticate",
@@ -76,11 +116,14 @@ impl Server {
         if max_body > body_memory {
             return Err("limits: max_body is above body_memory".into());
         }
+        // One tenant may hold a quarter of the body memory, and always one whole body.
+        let share = (body_memory / 4).max(max_body);
         Ok(Server {
-            objects: Objects::new(backend, base, &cfg.tenants, max_body),
+            objects: Objects::new(backend, base, &cfg.tenants, max_body, share),
             sched: Scheduler::new(&cfg.limits),
             metrics: Metrics::default(),
             bodies: Arc::new(Semaphore::new(kib(body_memory) as usize)),
+            connections: Arc::new(Semaphore::new(cfg.limits.connections.max(1))),
             metrics_token: cfg.metrics_token_sha256.clone(),
         })
     }
@@ -98,9 +141,16 @@ impl Server {
                     continue;
                 }
             };
+            // Past the bound, the newest connection is closed at once: the ones open keep
+            // being served.
+            let Ok(open) = self.connections.clone().try_acquire_owned() else {
+                drop(tcp);
+                continue;
+            };
             let _ = tcp.set_nodelay(true);
             let (acceptor, me) = (acceptor.clone(), self.clone());
             tokio::spawn(async move {
+                let _open = open;
                 let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await
                 else {
                     return;
@@ -215,13 +265,17 @@ impl Server {
                 .ok()?;
             let raw = String::from_utf8(raw).ok()?;
             let (user, pass) = raw.split_once(':')?;
+            // Hashed before the name is looked up: an unknown name takes as long.
+            let digest = crate::config::digest(pass.as_bytes());
             let t = self.objects.tenant(user)?;
-            return t.cfg.token_matches(pass.as_bytes()).then_some(t);
+            return t.cfg.digest_matches(&digest).then_some(t);
         }
         let token = bearer(h)?;
+        // Hashed once, compared with every tenant's hash in constant time.
+        let digest = crate::config::digest(token.as_bytes());
         self.objects
             .tenants()
-            .find(|t| t.cfg.token_matches(token.as_bytes()))
+            .find(|t| t.cfg.digest_matches(&digest))
     }
 
     /// Runs an authenticated request of `t`.
@@ -264,37 +318,40 @@ impl Server {
     /// share of the body-memory budget it holds until the write is done.
     async fn read_body(
         &self, t: &TenantState, req: Request<Incoming>,
-    ) -> Result<(Bytes, OwnedSemaphorePermit), Refused> {
+    ) -> Result<(Bytes, Held), Refused> {
         let len = req
             .headers()
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
             .ok_or_else(|| Refused::new(411, "a Content-Length is needed"))?;
         self.objects.may_write(t, len).await?;
-        let memory = tokio::time::timeout(
-            HEAD_TIMEOUT,
-            self.bodies.clone().acquire_many_owned(kib(len)),
-        )
-        .await
-        .map_err(|_| Refused::new(503, "busy: too many bodies in memory"))?
-        .map_err(|_| Refused::new(503, "shutting down"))?;
+        let memory = self.hold(t, len).await?;
         // One buffer of the announced size, filled frame by frame: collecting the frames
         // and joining them would hold the body twice.
         let mut buf = BytesMut::with_capacity(len as usize);
         let mut body = req.into_body();
-        while let Some(frame) = body.frame().await {
-            let frame = frame
-                .map_err(|e| Refused::new(400, format!("the body did not arrive whole: {e}")))?;
-            if let Ok(data) = frame.into_data() {
-                if (buf.len() + data.len()) as u64 > len {
-                    return Err(Refused::new(
-                        400,
-                        "the body is longer than its Content-Length",
-                    ));
+        // A body that crawls below MIN_RATE holds memory others need: it is cut off.
+        let deadline = HEAD_TIMEOUT + Duration::from_secs(len / MIN_RATE);
+        let read = async {
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| {
+                    Refused::new(400, format!("the body did not arrive whole: {e}"))
+                })?;
+                if let Ok(data) = frame.into_data() {
+                    if (buf.len() + data.len()) as u64 > len {
+                        return Err(Refused::new(
+                            400,
+                            "the body is longer than its Content-Length",
+                        ));
+                    }
+                    buf.extend_from_slice(&data);
                 }
-                buf.extend_from_slice(&data);
             }
-        }
+            Ok(())
+        };
+        tokio::time::timeout(deadline, read)
+            .await
+            .map_err(|_| Refused::new(408, "the body came too slowly"))??;
         if buf.len() as u64 != len {
             return Err(Refused::new(
                 400,
@@ -302,6 +359,31 @@ impl Server {
             ));
         }
         Ok((buf.freeze(), memory))
+    }
+
+    /// Memory for a body of `len` bytes: from the tenant's share, then from everyone's;
+    /// held until the returned permits drop. Waits a while, then says busy.
+    async fn hold(&self, t: &TenantState, len: u64) -> Result<Held, Refused> {
+        let busy = || Refused::new(503, "busy: too many bodies in memory");
+        let n = kib(len);
+        let wait = async {
+            let mine = t
+                .memory
+                .clone()
+                .acquire_many_owned(n)
+                .await
+                .map_err(|_| busy())?;
+            let all = self
+                .bodies
+                .clone()
+                .acquire_many_owned(n)
+                .await
+                .map_err(|_| busy())?;
+            Ok::<_, Refused>((mine, all))
+        };
+        tokio::time::timeout(HEAD_TIMEOUT, wait)
+            .await
+            .map_err(|_| busy())?
     }
 
     async fn op(
@@ -318,11 +400,18 @@ impl Server {
                 rep
             }
             Op::Get { key } => {
-                let range = range(headers)?;
-                let ranged = range.is_some();
-                let (bytes, rg, size) = o.get(t, r.class, key, range).await?;
+                let (rg, size) = o.span(t, r.class, key, range(headers)?).await?;
+                // An empty object has no byte to give a range of: all of it, 200.
+                let ranged = headers.contains_key(RANGE) && size > 0;
+                // The answer holds memory until it is sent (or the client is gone).
+                let held = self.hold(t, rg.end - rg.start).await?;
+                let bytes = o.read(t, r.class, key, rg.clone()).await?;
                 done.bytes_out = bytes.len() as u64;
                 let mut rep = reply(if ranged { 206 } else { 200 }, bytes);
+                *rep.body_mut() = Out {
+                    held: Some(held),
+                    ..std::mem::take(rep.body_mut())
+                };
                 if ranged {
                     let v = format!("bytes {}-{}/{size}", rg.start, rg.end.saturating_sub(1));
                     rep.headers_mut()
@@ -350,6 +439,9 @@ impl Server {
                 reply(200, size.to_string())
             }
             Op::Abort { upload, .. } => {
+                if t.cfg.role == crate::config::Role::Read {
+                    return Err(Refused::new(403, "this tenant may only read"));
+                }
                 o.abort(t, r.class, upload).await?;
                 reply(200, "")
             }
@@ -429,7 +521,7 @@ fn range(h: &HeaderMap) -> Result<Option<Range<u64>>, Refused> {
     if b < a {
         return Err(bad());
     }
-    Ok(Some(a..b + 1))
+    Ok(Some(a..b.saturating_add(1)))
 }
 
 /// One JSON line per request on stderr; never a token, nor a header.

@@ -35,17 +35,31 @@ impl Refused {
 }
 
 impl From<Error> for Refused {
+    /// The client gets the kind of failure, not the backend's words: those name the
+    /// backend's paths. They go to the server's log.
     fn from(e: Error) -> Refused {
-        let status = match &e {
-            Error::NotFound(_) => 404,
-            Error::AlreadyExists(_) => 409,
-            Error::Invalid(_) => 400,
+        let (status, why) = match &e {
+            Error::NotFound(_) => (404, "no such object"),
+            Error::AlreadyExists(_) => (409, "the object exists"),
+            Error::Invalid(_) => (400, "the backend refused the request"),
             // The backend refused the server, or failed for now: not the client's fault.
-            Error::Denied(_) | Error::Permanent(_) | Error::Checksum(_) => 502,
-            Error::Transient(_) | Error::Busy(..) => 503,
+            Error::Denied(_) | Error::Permanent(_) | Error::Checksum(_) => {
+                (502, "the backend failed")
+            }
+            Error::Transient(_) | Error::Busy(..) => (503, "the backend is unavailable for now"),
         };
-        Refused::new(status, e.to_string())
+        if status >= 500 {
+            eprintln!("ferry serve: backend: {e}");
+        }
+        Refused::new(status, why)
     }
+}
+
+/// Takes `n` from `used`, never below zero (a concurrent delete may have taken it first).
+fn release(used: &AtomicU64, n: u64) {
+    let _ = used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+        Some(u.saturating_sub(n))
+    });
 }
 
 /// One tenant's settings and the bytes it holds.
@@ -57,6 +71,8 @@ pub struct TenantState {
     /// Bytes under the tenant's prefix: counted by one listing at its first write, then
     /// kept by the server's own writes and deletes.
     used: OnceCell<AtomicU64>,
+    /// The tenant's share of the body memory, in KiB permits.
+    pub memory: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// The backend, seen per tenant.
@@ -83,7 +99,10 @@ pub struct Listed {
 
 impl Objects {
     /// The tenants' objects under `base` in `backend`.
-    pub fn new(backend: Remote, base: &str, tenants: &[Tenant], max_body: u64) -> Objects {
+    /// Each tenant may hold `share` bytes of bodies in memory.
+    pub fn new(
+        backend: Remote, base: &str, tenants: &[Tenant], max_body: u64, share: u64,
+    ) -> Objects {
         let base = base.trim_end_matches('/');
         let tenants = tenants
             .iter()
@@ -92,6 +111,9 @@ impl Objects {
                     quota: t.quota_bytes().ok().flatten(),
                     cfg: t.clone(),
                     used: OnceCell::new(),
+                    memory: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                        share.div_ceil(1024).max(1) as usize,
+                    )),
                 };
                 (t.name.clone(), state)
             })
@@ -179,12 +201,12 @@ impl Objects {
         Ok(self.remote(class).head(&self.full(t, key)).await?.size)
     }
 
-    /// `range` of an object (all of it when `None`), and its whole size.
-    pub async fn get(
+    /// The part of an object `range` asks for (all of it when `None`, cut at its end), and
+    /// its whole size.
+    pub async fn span(
         &self, t: &TenantState, class: Class, key: &str, range: Option<Range<u64>>,
-    ) -> Result<(Bytes, Range<u64>, u64), Refused> {
-        let (full, remote) = (self.full(t, key), self.remote(class));
-        let size = remote.head(&full).await?.size;
+    ) -> Result<(Range<u64>, u64), Refused> {
+        let size = self.head(t, class, key).await?;
         // A range past the end is cut at it; one that starts past it is refused.
         let range = range.map_or(0..size, |r| r.start..r.end.min(size));
         if range.start > range.end || (range.start >= size && size > 0) {
@@ -196,10 +218,20 @@ impl Objects {
                 format!("ranges are at most {} bytes", self.max_body),
             ));
         }
+        Ok((range, size))
+    }
+
+    /// `range` of an object, as [`Objects::span`] gave it.
+    pub async fn read(
+        &self, t: &TenantState, class: Class, key: &str, range: Range<u64>,
+    ) -> Result<Bytes, Refused> {
         if range.is_empty() {
-            return Ok((Bytes::new(), range, size));
+            return Ok(Bytes::new());
         }
-        Ok((remote.get_range(&full, range.clone()).await?, range, size))
+        Ok(self
+            .remote(class)
+            .get_range(&self.full(t, key), range)
+            .await?)
     }
 
     /// Stores `body` at `key`: an append-only tenant only where nothing is.
@@ -248,9 +280,25 @@ impl Objects {
     pub async fn put_part(
         &self, t: &TenantState, class: Class, upload: &str, part: u32, body: Bytes,
     ) -> Result<(), Refused> {
-        let full = self.full(t, &Self::part_key(upload, part));
+        let (full, remote) = (
+            self.full(t, &Self::part_key(upload, part)),
+            self.remote(class),
+        );
         let len = body.len() as u64;
-        self.remote(class).upload_bytes(body, &full).await?;
+        // Blocks too are create-only for an append-only tenant: another holder of its token
+        // must not swap a block of a session under way.
+        let _claim = if t.cfg.role == Role::AppendOnly {
+            let claim = Claim::take(&self.creating, &full)?;
+            match remote.head(&full).await {
+                Ok(_) => return Err(Refused::new(403, "append-only: the block exists")),
+                Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            Some(claim)
+        } else {
+            None
+        };
+        remote.upload_bytes(body, &full).await?;
         if let Some(used) = t.used.get() {
             used.fetch_add(len, Ordering::Relaxed);
         }
@@ -263,7 +311,7 @@ impl Objects {
     pub async fn compose(
         &self, t: &TenantState, class: Class, key: &str, upload: &str, parts: u32,
     ) -> Result<u64, Refused> {
-        use tokio::io::AsyncWriteExt;
+        use futures::StreamExt;
         let (full, remote) = (self.full(t, key), self.remote(class));
         let append = t.cfg.role == Role::AppendOnly;
         let _claim = if append {
@@ -278,37 +326,49 @@ impl Objects {
                 Err(e) => return Err(e.into()),
             }
         }
-        let keys: Vec<String> = (0..parts)
-            .map(|p| self.full(t, &Self::part_key(upload, p)))
-            .collect();
-        let (mut w, r) = tokio::io::duplex(1 << 20);
-        let feed = {
-            let (remote, keys) = (remote.clone(), keys.clone());
-            async move {
-                for k in &keys {
-                    let b = remote.get(k).await?;
-                    w.write_all(&b).await.map_err(|e| Error::io(k, e))?;
-                }
-                w.shutdown().await.map_err(|e| Error::io("compose", e))?;
-                Ok::<_, Error>(())
-            }
-        };
-        let progress = std::sync::Arc::new(ferry_transfer::NoProgress);
-        let (fed, stored) = tokio::join!(feed, remote.upload(r, &full, progress));
-        fed?;
-        let size = stored?;
-        self.listings.wrote(&full, size);
+        // Every block is there before anything is written: a missing one is 404 with
+        // nothing stored.
+        let mut keys = Vec::with_capacity(parts as usize);
         let mut freed = 0;
+        for p in 0..parts {
+            let k = self.full(t, &Self::part_key(upload, p));
+            freed += match remote.head(&k).await {
+                Ok(o) => o.size,
+                Err(Error::NotFound(_)) => {
+                    return Err(Refused::new(
+                        404,
+                        format!("block {p} of the upload was not sent"),
+                    ))
+                }
+                Err(e) => return Err(e.into()),
+            };
+            keys.push(k);
+        }
+        // The blocks in order as one stream; a block that cannot be read is a read error of
+        // the stream, so the upload is abandoned, never completed short.
+        let blocks = {
+            let remote = remote.clone();
+            futures::stream::iter(keys.clone()).then(move |k: String| {
+                let remote = remote.clone();
+                async move { remote.get(&k).await.map_err(std::io::Error::other) }
+            })
+        };
+        let reader = tokio_util::io::StreamReader::new(Box::pin(blocks));
+        let progress = std::sync::Arc::new(ferry_transfer::NoProgress);
+        let size = remote.upload(reader, &full, progress).await?;
+        if size != freed {
+            // The blocks changed while they were read: what was stored is not what was sent.
+            let _ = remote.delete(&full).await;
+            return Err(Refused::new(
+                409,
+                "the upload's blocks changed while composing",
+            ));
+        }
+        self.listings.wrote(&full, size);
         for k in &keys {
-            if let Ok(o) = remote.head(k).await {
-                freed += o.size;
-            }
             remote.delete(k).await?;
         }
-        if let Some(used) = t.used.get() {
-            used.fetch_add(size, Ordering::Relaxed);
-            used.fetch_sub(freed.min(used.load(Ordering::Relaxed)), Ordering::Relaxed);
-        }
+        // The blocks were counted as they came; the object takes their place.
         Ok(size)
     }
 
@@ -324,7 +384,7 @@ impl Objects {
         for o in held {
             remote.delete(&o.key).await?;
             if let Some(used) = t.used.get() {
-                used.fetch_sub(o.size.min(used.load(Ordering::Relaxed)), Ordering::Relaxed);
+                release(used, o.size);
             }
         }
         Ok(())
@@ -349,7 +409,7 @@ impl Objects {
         remote.delete(&full).await?;
         self.listings.deleted(&full);
         if let Some(used) = t.used.get() {
-            used.fetch_sub(size.min(used.load(Ordering::Relaxed)), Ordering::Relaxed);
+            release(used, size);
         }
         Ok(size)
     }
@@ -382,6 +442,10 @@ impl Objects {
             .into_iter()
             .filter_map(|o| {
                 let rel = o.key.strip_prefix(&full)?;
+                // The upload area is the server's: its session ids are not listed.
+                if o.key[self.full(t, "").len()..].starts_with(crate::route::UPLOADS) {
+                    return None;
+                }
                 let key = match restic {
                     true => rel.rsplit('/').next()?.to_string(),
                     false => format!("{prefix}{rel}"),
