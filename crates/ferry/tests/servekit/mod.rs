@@ -395,7 +395,17 @@ fn spawn(dir: &Path, log: &Path) -> (Child, u16) {
         .append(true)
         .open(log)
         .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    // If the test process dies (a panic in a thread holding the server, a kill), the server
+    // goes with it instead of lingering.
+    // SAFETY: prctl is async-signal-safe and touches only this child's own settings.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let child = cmd
         .args(["--config", s(&dir.join("ferry.toml")), "serve"])
         .env("FERRY_CACHE_DIR", dir.join("cache"))
         .stdout(Stdio::null())
@@ -469,6 +479,17 @@ fn read_response(r: &mut impl Read) -> (u16, Vec<u8>) {
 /// A PUT of `body` to `path` on the server at `port`, trusting `ca`; the status, or `None`
 /// when the server could not be reached or the connection broke.
 pub fn put(port: u16, ca: &Path, token: &str, path: &str, body: &[u8]) -> Option<u16> {
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    send(port, ca, &head, body)
+}
+
+/// Sends `head` (CRLF line ends) and `body` to the server at `port`, trusting `ca`, and
+/// reads the answer; its status, or `None` when there was none.
+pub fn send(port: u16, ca: &Path, head: &str, body: &[u8]) -> Option<u16> {
+    let head = head.replace("\r\n", "\n").replace('\n', "\r\n");
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).ok()? {
@@ -486,10 +507,6 @@ pub fn put(port: u16, ca: &Path, token: &str, path: &str, body: &[u8]) -> Option
     sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .ok()?;
     let mut tls = rustls::StreamOwned::new(conn, sock);
-    let head = format!(
-        "PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
     tls.write_all(head.as_bytes()).ok()?;
     tls.write_all(body).ok()?;
     let (code, _) = read_response(&mut tls);
