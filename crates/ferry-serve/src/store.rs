@@ -234,29 +234,38 @@ impl Objects {
             .await?)
     }
 
+    /// For an append-only tenant: `full` claimed in this process and checked absent, so
+    /// that its write is a create; the claim is held until the write is done. `None` for
+    /// other roles.
+    async fn create_only(
+        &self, t: &TenantState, remote: &Remote, full: &str,
+    ) -> Result<Option<Claim<'_>>, Refused> {
+        if t.cfg.role != Role::AppendOnly {
+            return Ok(None);
+        }
+        let claim = Claim::take(&self.creating, full)?;
+        match remote.head(full).await {
+            Ok(_) => Err(Refused::new(403, "append-only: the object exists")),
+            Err(Error::NotFound(_)) => Ok(Some(claim)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Stores `body` at `key`: an append-only tenant only where nothing is.
     pub async fn put(
         &self, t: &TenantState, class: Class, key: &str, body: Bytes,
     ) -> Result<(), Refused> {
         let (full, remote) = (self.full(t, key), self.remote(class));
-        let append = t.cfg.role == Role::AppendOnly;
-        let _claim = if append {
-            Some(Claim::take(&self.creating, &full)?)
-        } else {
-            None
-        };
-        let old = if append || t.quota.is_some() {
-            match remote.head(&full).await {
+        let _claim = self.create_only(t, &remote, &full).await?;
+        // What an admin's write replaces, for the quota.
+        let old = match t.quota.is_some() && t.cfg.role != Role::AppendOnly {
+            true => match remote.head(&full).await {
                 Ok(o) => Some(o.size),
                 Err(Error::NotFound(_)) => None,
                 Err(e) => return Err(e.into()),
-            }
-        } else {
-            None
+            },
+            false => None,
         };
-        if append && old.is_some() {
-            return Err(Refused::new(403, "append-only: the object exists"));
-        }
         let len = body.len() as u64;
         remote.upload_bytes(body, &full).await?;
         self.listings.wrote(&full, len);
@@ -287,17 +296,7 @@ impl Objects {
         let len = body.len() as u64;
         // Blocks too are create-only for an append-only tenant: another holder of its token
         // must not swap a block of a session under way.
-        let _claim = if t.cfg.role == Role::AppendOnly {
-            let claim = Claim::take(&self.creating, &full)?;
-            match remote.head(&full).await {
-                Ok(_) => return Err(Refused::new(403, "append-only: the block exists")),
-                Err(Error::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-            Some(claim)
-        } else {
-            None
-        };
+        let _claim = self.create_only(t, &remote, &full).await?;
         remote.upload_bytes(body, &full).await?;
         if let Some(used) = t.used.get() {
             used.fetch_add(len, Ordering::Relaxed);
@@ -313,19 +312,7 @@ impl Objects {
     ) -> Result<u64, Refused> {
         use futures::StreamExt;
         let (full, remote) = (self.full(t, key), self.remote(class));
-        let append = t.cfg.role == Role::AppendOnly;
-        let _claim = if append {
-            Some(Claim::take(&self.creating, &full)?)
-        } else {
-            None
-        };
-        if append {
-            match remote.head(&full).await {
-                Ok(_) => return Err(Refused::new(403, "append-only: the object exists")),
-                Err(Error::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let _claim = self.create_only(t, &remote, &full).await?;
         // Every block is there before anything is written: a missing one is 404 with
         // nothing stored.
         let mut keys = Vec::with_capacity(parts as usize);

@@ -517,19 +517,25 @@ fn backup_and_restore_through_minio() {
     let Some(rig) = Rig::encrypted(&repo, true, &[]) else {
         return;
     };
+    back_up_and_restore_to_a_time(&rig);
+}
+
+/// A table, a base backup, rows 2 and 3 after it, then a restore to the time between them
+/// recovered by a server fetching WAL from the rig's repository: rows 1 and 2 come back.
+fn back_up_and_restore_to_a_time(rig: &Rig) {
     rig.pg.sql(
         "create table k (id int primary key, note text, at timestamptz default clock_timestamp())",
     );
-    insert(&rig, 1);
+    insert(rig, 1);
     rig.load(20);
-    backup(&rig, &[]);
-    insert(&rig, 2);
-    let t2 = now(&rig);
-    insert(&rig, 3);
+    backup(rig, &[]);
+    insert(rig, 2);
+    let t2 = now(rig);
+    insert(rig, 3);
     rig.settle();
-    let (out, to) = restore(&rig, "r", &["--target-time", &t2]);
+    let (out, to) = restore(rig, "r", &["--target-time", &t2]);
     assert!(out.status.success(), "restore: {}", stderr(&out));
-    let pg = start_restored(&rig, &to);
+    let pg = start_restored(rig, &to);
     pg.wait_recovery_done(T).unwrap();
     assert_eq!(ids(&pg), "1,2");
     assert_eq!(pg.sql("select count(*) > 0 from t"), "t");
@@ -557,22 +563,7 @@ fn backup_and_point_in_time_restore_through_ferry_serve() {
     let Some(rig) = Rig::encrypted(&Repo::Served { url, env }, true, &[]) else {
         return;
     };
-    rig.pg.sql(
-        "create table k (id int primary key, note text, at timestamptz default clock_timestamp())",
-    );
-    insert(&rig, 1);
-    rig.load(20);
-    backup(&rig, &[]);
-    insert(&rig, 2);
-    let t2 = now(&rig);
-    insert(&rig, 3);
-    rig.settle();
-    let (out, to) = restore(&rig, "r", &["--target-time", &t2]);
-    assert!(out.status.success(), "restore: {}", stderr(&out));
-    let pg = start_restored(&rig, &to);
-    pg.wait_recovery_done(T).unwrap();
-    assert_eq!(ids(&pg), "1,2");
-    assert_eq!(pg.sql("select count(*) > 0 from t"), "t");
+    back_up_and_restore_to_a_time(&rig);
     // Everything went to alice's prefix, and nothing there shows a row in plaintext.
     let files = served.snapshot();
     assert!(files.len() > 10, "only {} objects stored", files.len());

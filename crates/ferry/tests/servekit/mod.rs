@@ -345,39 +345,48 @@ impl Served {
     fn connect(
         &self, addr: &str, cert: Option<&str>,
     ) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-        use rustls_pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_pki_types::CertificateDer::pem_file_iter(&self.ca).unwrap() {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-        let cfg = match cert {
-            None => builder.with_no_client_auth(),
-            Some(n) => {
-                let certs = rustls_pki_types::CertificateDer::pem_file_iter(
-                    self.dir.join(format!("{n}.crt")),
-                )
-                .unwrap()
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-                let key = rustls_pki_types::PrivateKeyDer::from_pem_file(
-                    self.dir.join(format!("{n}.key")),
-                )
-                .unwrap();
-                builder.with_client_auth_cert(certs, key).unwrap()
-            }
-        };
-        let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
-        let sock = TcpStream::connect(addr).unwrap();
-        sock.set_read_timeout(Some(std::time::Duration::from_secs(60)))
-            .unwrap();
-        rustls::StreamOwned::new(conn, sock)
+        let cert = cert.map(|n| {
+            (
+                self.dir.join(format!("{n}.crt")),
+                self.dir.join(format!("{n}.key")),
+            )
+        });
+        tls_to(addr, &self.ca, cert).expect("a TLS connection to the server")
     }
+}
+
+/// A TLS connection to `addr` (the server's certificate names 127.0.0.1) trusting `ca`, with
+/// a client certificate and key when given; `None` when it cannot be made.
+fn tls_to(
+    addr: &str, ca: &Path, cert: Option<(PathBuf, PathBuf)>,
+) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).ok()? {
+        roots.add(c.ok()?).ok()?;
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots);
+    let cfg = match cert {
+        None => builder.with_no_client_auth(),
+        Some((crt, key)) => {
+            let certs = rustls_pki_types::CertificateDer::pem_file_iter(crt)
+                .ok()?
+                .collect::<Result<Vec<_>, _>>()
+                .ok()?;
+            let key = rustls_pki_types::PrivateKeyDer::from_pem_file(key).ok()?;
+            builder.with_client_auth_cert(certs, key).ok()?
+        }
+    };
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?;
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).ok()?;
+    let sock = TcpStream::connect(addr).ok()?;
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .ok()?;
+    Some(rustls::StreamOwned::new(conn, sock))
 }
 
 impl Drop for Served {
@@ -490,23 +499,7 @@ pub fn put(port: u16, ca: &Path, token: &str, path: &str, body: &[u8]) -> Option
 /// reads the answer; its status, or `None` when there was none.
 pub fn send(port: u16, ca: &Path, head: &str, body: &[u8]) -> Option<u16> {
     let head = head.replace("\r\n", "\n").replace('\n', "\r\n");
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).ok()? {
-        roots.add(c.ok()?).ok()?;
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .ok()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?;
-    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).ok()?;
-    let sock = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .ok()?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let mut tls = tls_to(&format!("127.0.0.1:{port}"), ca, None)?;
     tls.write_all(head.as_bytes()).ok()?;
     tls.write_all(body).ok()?;
     let (code, _) = read_response(&mut tls);
