@@ -58,132 +58,20 @@ impl Served {
     /// by another CA.
     pub fn start_opts(limits: &str, client_certs: bool) -> Served {
         let dir = temp_dir();
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-        let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
         // A CA and a server certificate it signs, as a deployment has: rustls refuses a
         // self-signed CA certificate as the server's own.
-        let (ext, csr) = (dir.join("ext.cnf"), dir.join("csr.pem"));
-        std::fs::write(
-            &ext,
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-        )
-        .unwrap();
-        let steps: [Vec<&str>; 3] = [
-            vec![
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=ferry test CA",
-                "-keyout",
-                s(&ca_key),
-                "-out",
-                s(&ca),
-            ],
-            vec![
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                "/CN=127.0.0.1",
-                "-keyout",
-                s(&key),
-                "-out",
-                s(&csr),
-            ],
-            vec![
-                "x509",
-                "-req",
-                "-in",
-                s(&csr),
-                "-CA",
-                s(&ca),
-                "-CAkey",
-                s(&ca_key),
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                s(&ext),
-                "-out",
-                s(&cert),
-            ],
-        ];
-        for args in steps {
-            let made = Command::new("openssl")
-                .args(&args)
-                .stderr(Stdio::null())
-                .status()
-                .expect("openssl");
-            assert!(made.success(), "openssl {args:?} failed");
-        }
+        let server_ext = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n";
+        ca_and_cert(&dir, "ca", "server", "/CN=127.0.0.1", server_ext);
+        let (cert, key, ca) = (
+            dir.join("server.crt"),
+            dir.join("server.key"),
+            dir.join("ca.pem"),
+        );
         let mut extra = String::new();
         if client_certs {
-            let ssl = |args: &[&str]| {
-                let ok = Command::new("openssl")
-                    .args(args)
-                    .stderr(Stdio::null())
-                    .status()
-                    .expect("openssl");
-                assert!(ok.success(), "openssl {args:?} failed");
-            };
-            for (ca, who) in [("client-ca", "erin"), ("other-ca", "mallory")] {
-                let p = |n: &str| s(&dir.join(n)).to_string();
-                ssl(&[
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-days",
-                    "2",
-                    "-subj",
-                    &format!("/CN={ca}"),
-                    "-keyout",
-                    &p(&format!("{ca}.key")),
-                    "-out",
-                    &p(&format!("{ca}.pem")),
-                ]);
-                ssl(&[
-                    "req",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-subj",
-                    "/CN=erin-host",
-                    "-keyout",
-                    &p(&format!("{who}.key")),
-                    "-out",
-                    &p(&format!("{who}.csr")),
-                ]);
-                std::fs::write(
-                    dir.join("client.cnf"),
-                    "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
-                )
-                .unwrap();
-                ssl(&[
-                    "x509",
-                    "-req",
-                    "-in",
-                    &p(&format!("{who}.csr")),
-                    "-CA",
-                    &p(&format!("{ca}.pem")),
-                    "-CAkey",
-                    &p(&format!("{ca}.key")),
-                    "-CAcreateserial",
-                    "-days",
-                    "2",
-                    "-extfile",
-                    &p("client.cnf"),
-                    "-out",
-                    &p(&format!("{who}.crt")),
-                ]);
-            }
+            let client_ext = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+            ca_and_cert(&dir, "client-ca", "erin", "/CN=erin-host", client_ext);
+            ca_and_cert(&dir, "other-ca", "mallory", "/CN=erin-host", client_ext);
             extra = format!("client_ca = \"{}\"\n", s(&dir.join("client-ca.pem")));
         }
         let tenants = vec![
@@ -393,6 +281,66 @@ impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A new CA `NAME.pem` (key `NAME.key`) in `dir`, and a certificate for `subject` that it
+/// signs, `WHO.crt` (key `WHO.key`), with the extensions `ext`.
+fn ca_and_cert(dir: &Path, name: &str, who: &str, subject: &str, ext: &str) {
+    let p = |f: String| s(&dir.join(f)).to_string();
+    let (ca, ca_key, ext_file) = (
+        p(format!("{name}.pem")),
+        p(format!("{name}.key")),
+        p(format!("{who}.cnf")),
+    );
+    let (crt, key, csr) = (
+        p(format!("{who}.crt")),
+        p(format!("{who}.key")),
+        p(format!("{who}.csr")),
+    );
+    std::fs::write(&ext_file, ext).unwrap();
+    let ca_subject = format!("/CN={name}");
+    let new = ["req", "-newkey", "rsa:2048", "-nodes", "-days", "2"];
+    let steps: [Vec<&str>; 3] = [
+        [
+            &new[..],
+            &[
+                "-x509",
+                "-subj",
+                &ca_subject,
+                "-keyout",
+                &ca_key,
+                "-out",
+                &ca,
+            ],
+        ]
+        .concat(),
+        [&new[..], &["-subj", subject, "-keyout", &key, "-out", &csr]].concat(),
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &ext_file,
+            "-out",
+            &crt,
+        ],
+    ];
+    for args in steps {
+        let ok = Command::new("openssl")
+            .args(&args)
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(ok.success(), "openssl {args:?} failed");
     }
 }
 
