@@ -1,6 +1,6 @@
 //! `serve.toml`: where to listen, the certificate, the backend, the limits and the tenants.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -8,8 +8,7 @@ use subtle::ConstantTimeEq;
 
 use crate::sched::Limits;
 
-/// What one server process serves: the `[serve]` table of ferry's config file (or a file
-/// of its own, [`Config::load`]).
+/// What one server process serves: the `[serve]` table of ferry's config file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -74,14 +73,6 @@ pub enum Role {
 const RESERVED: &[&str] = &["v1", "metrics", "healthz"];
 
 impl Config {
-    /// Reads and checks `path`.
-    pub fn load(path: &Path) -> Result<Config, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let c: Config = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        c.check().map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(c)
-    }
-
     /// Checks what serde cannot: tenant names, token hashes, quotas.
     pub fn check(&self) -> Result<(), String> {
         let mut seen = std::collections::HashSet::new();
@@ -119,11 +110,6 @@ impl Tenant {
             .as_deref()
             .map(|q| ferry_store::size::parse(q).ok_or(format!("quota {q:?}: not a size")))
             .transpose()
-    }
-
-    /// True when `token` is this tenant's, compared in constant time.
-    pub fn token_matches(&self, token: &[u8]) -> bool {
-        hash_matches(&self.token_sha256, token)
     }
 
     /// True when `digest` ([`digest`] of a presented token) is this tenant's token's.

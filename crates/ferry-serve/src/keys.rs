@@ -14,12 +14,6 @@ pub fn segments(path: &str) -> Result<(Vec<String>, bool), String> {
     if raw.is_empty() {
         return Ok((Vec::new(), true));
     }
-    let decoded = percent_encoding::percent_decode_str(raw)
-        .decode_utf8()
-        .map_err(|_| "the path is not UTF-8".to_string())?;
-    if decoded.len() > MAX_KEY {
-        return Err(format!("the path is longer than {MAX_KEY} bytes"));
-    }
     // Split on the raw path's slashes: an encoded %2F is a character of a name, refused.
     let mut out = Vec::new();
     for seg in raw.split('/') {
@@ -38,6 +32,9 @@ pub fn segments(path: &str) -> Result<(Vec<String>, bool), String> {
             return Err("names containing .ferry-tmp are the server's".into());
         }
         out.push(s.into_owned());
+    }
+    if out.iter().map(|s| s.len() + 1).sum::<usize>() > MAX_KEY + 1 {
+        return Err(format!("the path is longer than {MAX_KEY} bytes"));
     }
     Ok((out, dir))
 }

@@ -396,19 +396,24 @@ mod tests {
         );
     }
 
+    /// A request of `tenant` that waits for a slot, then is given up (its client left).
+    async fn waiter_leaves(s: &Arc<Scheduler>, tenant: &str) {
+        let gone = {
+            let (s, t) = (s.clone(), tenant.to_string());
+            tokio::spawn(async move { s.admit(&t, Class::Backup).await.map(drop) })
+        };
+        settle().await;
+        gone.abort();
+        let _ = gone.await;
+    }
+
     /// A tenant whose only waiter left, then asked again, is in the turn order once, and
     /// every other waiter still gets a slot as slots come free.
     #[tokio::test]
     async fn a_waiter_that_left_does_not_strand_the_others() {
         let s = Scheduler::new(&limits(1, 10));
         let hold = s.admit("x", Class::Backup).await.unwrap();
-        let gone = {
-            let s = s.clone();
-            tokio::spawn(async move { s.admit("a", Class::Backup).await.map(drop) })
-        };
-        settle().await;
-        gone.abort();
-        let _ = gone.await;
+        waiter_leaves(&s, "a").await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut all = queue(&s, "a", Class::Backup, 1, "a", &order);
         settle().await;
@@ -428,13 +433,7 @@ mod tests {
     async fn a_waiter_that_leaves_passes_its_slot_on() {
         let s = Scheduler::new(&limits(1, 10));
         let hold = s.admit("a", Class::Backup).await.unwrap();
-        let gone = {
-            let s = s.clone();
-            tokio::spawn(async move { s.admit("a", Class::Backup).await.map(drop) })
-        };
-        settle().await;
-        gone.abort();
-        let _ = gone.await;
+        waiter_leaves(&s, "a").await;
         drop(hold);
         // The only slot is free again.
         let p = tokio::time::timeout(Duration::from_secs(5), s.admit("b", Class::Backup))

@@ -313,22 +313,21 @@ impl Objects {
         use futures::StreamExt;
         let (full, remote) = (self.full(t, key), self.remote(class));
         let _claim = self.create_only(t, &remote, &full).await?;
-        // Every block is there before anything is written: a missing one is 404 with
-        // nothing stored.
+        // Every block is there before anything is written (one listing of the session, not
+        // a request per block): a missing one is 404 with nothing stored.
+        let dir = self.full(t, &format!("{}/{upload}/", crate::route::UPLOADS));
+        let held: std::collections::HashMap<String, u64> = match remote.list(&dir).await {
+            Ok(all) => all.into_iter().map(|o| (o.key, o.size)).collect(),
+            Err(Error::NotFound(_)) => Default::default(),
+            Err(e) => return Err(e.into()),
+        };
         let mut keys = Vec::with_capacity(parts as usize);
         let mut freed = 0;
         for p in 0..parts {
             let k = self.full(t, &Self::part_key(upload, p));
-            freed += match remote.head(&k).await {
-                Ok(o) => o.size,
-                Err(Error::NotFound(_)) => {
-                    return Err(Refused::new(
-                        404,
-                        format!("block {p} of the upload was not sent"),
-                    ))
-                }
-                Err(e) => return Err(e.into()),
-            };
+            freed += held.get(&k).ok_or_else(|| {
+                Refused::new(404, format!("block {p} of the upload was not sent"))
+            })?;
             keys.push(k);
         }
         // The blocks in order as one stream; a block that cannot be read is a read error of
