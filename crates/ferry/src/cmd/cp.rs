@@ -169,8 +169,11 @@ async fn plan(
     if listed.is_empty() && src.loc.is_remote() {
         bail!("{}: nothing under this prefix", src.loc);
     }
+    for obj in &listed {
+        below(&prefix, &obj.key)?;
+    }
     for obj in listed {
-        let rel = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
+        let rel = below(&prefix, &obj.key)?;
         jobs.push(Job {
             src: src.clone(),
             src_key: obj.key.clone(),
@@ -179,6 +182,17 @@ async fn plan(
         });
     }
     Ok(())
+}
+
+/// `key`'s part below `prefix`, refused when a segment of it is `.` or `..`: a listing is
+/// the store's word (a hostile bucket or server), and such a name joined to the destination
+/// would write outside it. Checked for every key before anything is copied.
+fn below<'a>(prefix: &str, key: &'a str) -> Result<&'a str> {
+    let rel = key.strip_prefix(prefix).unwrap_or(key);
+    if rel.split('/').any(|p| p == "." || p == "..") {
+        bail!("the store listed {key:?}, a name with . or ..: refused, nothing copied");
+    }
+    Ok(rel)
 }
 
 /// Copies every job, many at once; a failed object is reported and the rest go on.
@@ -207,4 +221,17 @@ async fn copy_all(jobs: Vec<Job>, bar: &Arc<Bar>) -> u64 {
         }
     }
     failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::below;
+
+    #[test]
+    fn a_listed_name_cannot_climb_out_of_the_destination() {
+        assert_eq!(below("p/", "p/a/b").unwrap(), "a/b");
+        for hostile in ["p/../etc/passwd", "p/a/../../x", "p/./a", "p/.."] {
+            assert!(below("p/", hostile).is_err(), "{hostile} accepted");
+        }
+    }
 }
