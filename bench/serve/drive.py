@@ -56,9 +56,11 @@ def now() -> float:
     return time.monotonic()
 
 
-def url(t: str) -> str:
+def url(t: str, name: str = "repo") -> str:
+    """Tenant t's repository `name`: `repo` for backups and restores, `wal` for the WAL
+    (ferry serve serves a repository named wal first, as it does ferry's own WAL archive)."""
     host = C["url"].removeprefix("https://")
-    return f"rest:https://{t}:{C['tokens'][t]}@{host}/{t}/repo/"
+    return f"rest:https://{t}:{C['tokens'][t]}@{host}/{t}/{name}/"
 
 
 def env(t: str) -> dict:
@@ -67,9 +69,11 @@ def env(t: str) -> dict:
     return e
 
 
-def restic(t: str, *args: str, timeout: float | None = None, at: float | None = None) -> dict:
-    """Runs restic for tenant t; its wall time, exit code, stderr and its JSON summary."""
-    cmd = [C["restic"], "-r", url(t), "--cacert", C["ca"], "--retry-lock", "10m", *args]
+def restic(t: str, *args: str, timeout: float | None = None, at: float | None = None,
+           name: str = "repo") -> dict:
+    """Runs restic for tenant t's repository `name`; its wall time, exit code, stderr and its
+    JSON summary."""
+    cmd = [C["restic"], "-r", url(t, name), "--cacert", C["ca"], "--retry-lock", "10m", *args]
     if at is not None:   # the synchronised start: wait for the common instant
         time.sleep(max(0.0, at - time.time()))
     t0 = now()
@@ -133,14 +137,15 @@ def in_threads(fn, items) -> list:
 
 # ---- setup (untimed) ----------------------------------------------------------------------
 def init(t: str):
-    if C["fast_kdf"]:
-        os.environ["RESTIC_PASSWORD"] = "pw"
-        repo.init(url(t), f"{t}:{C['tokens'][t]}", C["poly"], C["ca"], C["kdf_n"])
-        r = restic(t, "cat", "config")
-    else:
-        r = restic(t, "init")
-    if r["rc"] != 0:
-        raise SystemExit(f"drive.py: init {t}: {r['err'][-800:]}")
+    for name in ("repo", "wal"):
+        if C["fast_kdf"]:
+            os.environ["RESTIC_PASSWORD"] = "pw"
+            repo.init(url(t, name), f"{t}:{C['tokens'][t]}", C["poly"], C["ca"], C["kdf_n"])
+            r = restic(t, "cat", "config", name=name)
+        else:
+            r = restic(t, "init", name=name)
+        if r["rc"] != 0:
+            raise SystemExit(f"drive.py: init {t} {name}: {r['err'][-800:]}")
 
 
 def sem_map(fn, items, n=4):
@@ -184,7 +189,7 @@ WAL_BYTES = int(C["wal_mib"] * (1 << 20))
 
 def wal_restic(t: str, n: int) -> tuple[bool, str]:
     r = restic(t, "backup", "-q", "--stdin-from-command", "--stdin-filename", f"wal-{n:06d}",
-               "--", "head", "-c", str(WAL_BYTES), "/dev/urandom", timeout=600)
+               "--", "head", "-c", str(WAL_BYTES), "/dev/urandom", timeout=600, name="wal")
     return r["rc"] == 0, r["err"][-300:]
 
 
@@ -205,7 +210,7 @@ class WalHttp:
                 host, port = C["url"].removeprefix("https://").split(":")
                 self.conn = http.client.HTTPSConnection(
                     host, int(port), timeout=600, context=ssl.create_default_context(cafile=C["ca"]))
-            self.conn.request("POST", f"/{t}/repo/data/{name}", body=body, headers={
+            self.conn.request("POST", f"/{t}/wal/data/{name}", body=body, headers={
                 "Authorization": self.auth, "Content-Type": "application/octet-stream"})
             r = self.conn.getresponse()
             text = r.read()

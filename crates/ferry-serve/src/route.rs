@@ -196,11 +196,14 @@ fn restic(
 ) -> Result<Route, String> {
     let tenant = segs[0].clone();
     let n = segs.len();
+    // A repository with a `wal` segment in its path holds a WAL archive: urgent, as ferry's
+    // own WAL keys are (the other segments are restic's types and hex names, never `wal`).
+    let wal = segs[1..].iter().any(|s| s == "wal");
     let route = |op, class, lock| {
         Ok(Route {
             tenant: tenant.clone(),
             op,
-            class,
+            class: if wal { Class::Urgent } else { class },
             lock,
         })
     };
@@ -303,6 +306,16 @@ mod tests {
         assert!(parse(&Method::GET, "/alice/r/data/../x", None).is_err());
         assert!(parse(&Method::GET, "/alice/r/data/ABC", None).is_err());
         assert!(parse(&Method::GET, "/alice/r/other/", None).is_err());
+        // A repository named wal (at any depth) is the WAL archive: urgent, whatever the method.
+        for (m, p) in [
+            (Method::POST, format!("/alice/wal/data/{ID}")),
+            (Method::GET, "/alice/pg1/wal/snapshots/".to_string()),
+            (Method::DELETE, format!("/alice/wal/locks/{ID}")),
+        ] {
+            assert_eq!(parse(&m, &p, None).unwrap().class, Class::Urgent, "{p}");
+        }
+        let r = parse(&Method::POST, &format!("/alice/walrus/data/{ID}"), None).unwrap();
+        assert_eq!(r.class, Class::Backup);
     }
 
     #[test]

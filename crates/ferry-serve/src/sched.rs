@@ -99,6 +99,8 @@ pub struct Busy {
 #[derive(Debug)]
 pub struct Scheduler {
     slots: usize,
+    /// Slots the classes below urgent may hold together.
+    bulk_cap: usize,
     queue: usize,
     retry_after: u64,
     state: Mutex<State>,
@@ -107,6 +109,8 @@ pub struct Scheduler {
 #[derive(Debug, Default)]
 struct State {
     running: usize,
+    /// Slots held by the classes below urgent.
+    bulk: usize,
     classes: [Ring; 4],
 }
 
@@ -123,11 +127,12 @@ struct Ring {
 #[derive(Debug)]
 pub struct Permit {
     sched: Arc<Scheduler>,
+    urgent: bool,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.sched.release();
+        self.sched.release(self.urgent);
     }
 }
 
@@ -136,6 +141,7 @@ impl Drop for Permit {
 struct Waiting {
     rx: Option<oneshot::Receiver<()>>,
     sched: Arc<Scheduler>,
+    urgent: bool,
 }
 
 impl Drop for Waiting {
@@ -143,7 +149,7 @@ impl Drop for Waiting {
         if let Some(mut rx) = self.rx.take() {
             rx.close();
             if rx.try_recv().is_ok() {
-                self.sched.release();
+                self.sched.release(self.urgent);
             }
         }
     }
@@ -152,8 +158,13 @@ impl Drop for Waiting {
 impl Scheduler {
     /// A scheduler with `limits`' slots and queue bound.
     pub fn new(limits: &Limits) -> Arc<Scheduler> {
+        let slots = limits.slots.max(1);
         Arc::new(Scheduler {
-            slots: limits.slots.max(1),
+            slots,
+            // An eighth of the slots (one at the least, none of one) is kept for urgent work:
+            // long bulk transfers holding every slot would otherwise hold up a WAL segment
+            // until one of them ends (seconds over a WAN).
+            bulk_cap: slots - (slots / 8).max(1).min(slots - 1),
             queue: limits.queue.max(1),
             retry_after: limits.retry_after.max(1),
             state: Mutex::new(State::default()),
@@ -163,13 +174,17 @@ impl Scheduler {
     /// Waits for a slot for `tenant`'s request of `class`, or says at once that its queue is
     /// full.
     pub async fn admit(self: &Arc<Self>, tenant: &str, class: Class) -> Result<Permit, Busy> {
+        let urgent = class == Class::Urgent;
         let rx = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            // Waiters exist only while every slot runs: a free slot is taken at once.
-            if st.running < self.slots {
+            // Waiters exist only while every slot the class may use runs: a free one is taken
+            // at once.
+            if st.running < self.slots && (urgent || st.bulk < self.bulk_cap) {
                 st.running += 1;
+                st.bulk += usize::from(!urgent);
                 return Ok(Permit {
                     sched: self.clone(),
+                    urgent,
                 });
             }
             let ring = &mut st.classes[class as usize];
@@ -193,12 +208,14 @@ impl Scheduler {
         let mut w = Waiting {
             rx: Some(rx),
             sched: self.clone(),
+            urgent,
         };
         let got = w.rx.as_mut().expect("set above").await;
         w.rx = None;
         match got {
             Ok(()) => Ok(Permit {
                 sched: self.clone(),
+                urgent,
             }),
             Err(_) => Err(self.busy()),
         }
@@ -223,24 +240,35 @@ impl Scheduler {
         out
     }
 
-    /// A slot comes free: the next waiter takes it, or it goes back.
-    fn release(&self) {
+    /// A slot comes free: the next waiter that may use it takes it, or it goes back.
+    fn release(&self, urgent: bool) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(tx) = st.next(&mut rand::rng()) {
+        st.running -= 1;
+        st.bulk -= usize::from(!urgent);
+        loop {
+            let bulk_may = st.bulk < self.bulk_cap;
+            let Some((tx, c)) = st.next(&mut rand::rng(), bulk_may) else {
+                return;
+            };
+            let bulk = usize::from(c != Class::Urgent as usize);
+            st.running += 1;
+            st.bulk += bulk;
             if tx.send(()).is_ok() {
                 return;
             }
+            st.running -= 1;
+            st.bulk -= bulk;
         }
-        st.running -= 1;
     }
 }
 
 impl State {
-    /// The next waiter: a class waiting for [`STARVED`], else one at random one pick in
-    /// [`RANDOM_PICK`], else the most urgent; within it, the tenant whose turn it is.
-    fn next(&mut self, rng: &mut impl Rng) -> Option<oneshot::Sender<()>> {
+    /// The next waiter, with its class: a class waiting for [`STARVED`], else one at random
+    /// one pick in [`RANDOM_PICK`], else the most urgent; within it, the tenant whose turn it
+    /// is. Only urgent waiters are taken unless `bulk_may`.
+    fn next(&mut self, rng: &mut impl Rng, bulk_may: bool) -> Option<(oneshot::Sender<()>, usize)> {
         let waiting: Vec<usize> = (0..4)
-            .filter(|&c| !self.classes[c].turn.is_empty())
+            .filter(|&c| !self.classes[c].turn.is_empty() && (c == 0 || bulk_may))
             .collect();
         let first = *waiting.first()?;
         let now = Instant::now();
@@ -277,7 +305,10 @@ impl State {
             ring.since = None;
         }
         // Another class may still wait: the caller asks again when this one had none.
-        got.or_else(|| self.next(rng))
+        match got {
+            Some(tx) => Some((tx, c)),
+            None => self.next(rng, bulk_may),
+        }
     }
 }
 
@@ -344,6 +375,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn urgent_work_finds_a_slot_that_bulk_work_cannot_take() {
+        let s = Scheduler::new(&limits(8, 100));
+        let mut held = Vec::new();
+        for _ in 0..7 {
+            held.push(s.admit("a", Class::Backup).await.unwrap());
+        }
+        // The eighth slot is urgent work's: a restore waits for it, a WAL segment does not.
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let restore = queue(&s, "b", Class::Restore, 1, "restore", &order);
+        settle().await;
+        assert!(order.lock().unwrap().is_empty());
+        let wal = tokio::time::timeout(Duration::from_secs(5), s.admit("c", Class::Urgent))
+            .await
+            .expect("urgent work waited behind bulk slots")
+            .unwrap();
+        // An urgent slot coming free does not let the bulk classes past their bound...
+        drop(wal);
+        settle().await;
+        assert!(order.lock().unwrap().is_empty());
+        // ...a bulk one does.
+        held.pop();
+        for h in restore {
+            h.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), ["restore"]);
+    }
+
+    #[tokio::test]
     async fn a_full_queue_is_refused_at_once() {
         let s = Scheduler::new(&limits(1, 2));
         let hold = s.admit("a", Class::Backup).await.unwrap();
@@ -385,7 +444,7 @@ mod tests {
                 }
             }
             let before = st.classes[Class::Maintenance as usize].turn.len();
-            st.next(&mut rng).expect("waiting");
+            st.next(&mut rng, true).expect("waiting");
             if st.classes[Class::Maintenance as usize].turn.len() < before {
                 maint += 1;
             }

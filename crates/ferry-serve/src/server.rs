@@ -29,8 +29,9 @@ const RESTIC_V2: &str = "application/vnd.x.restic.rest.v2";
 const MAX_HEAD: usize = 64 << 10;
 /// Slowest a body may arrive (after [`HEAD_TIMEOUT`] of grace): bytes per second.
 const MIN_RATE: u64 = 64 << 10;
-/// Memory held for one body: the tenant's share and everyone's.
-type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+/// Memory held for one body: the tenant's share (none for an urgent body taken from the
+/// reserve) and everyone's, or the urgent reserve's.
+type Held = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
 /// A TLS handshake, or a request's head, must arrive within this.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -43,6 +44,11 @@ pub struct Server {
     metrics: Metrics,
     /// Bytes of bodies in memory, in KiB permits, all tenants together.
     bodies: Arc<Semaphore>,
+    /// The part of the body memory only urgent requests (WAL) may use: a WAL segment never
+    /// waits for memory behind backups' packs.
+    urgent: Arc<Semaphore>,
+    /// The reserve's size, KiB.
+    urgent_max: u32,
     /// Connections that may be open at once.
     connections: Arc<Semaphore>,
     metrics_token: Option<String>,
@@ -118,11 +124,15 @@ impl Server {
         }
         // One tenant may hold a quarter of the body memory, and always one whole body.
         let share = (body_memory / 4).max(max_body);
+        // An eighth is kept for urgent bodies: two WAL segments of 16 MiB at the least.
+        let reserve = (body_memory / 8).max(32 << 20).min(body_memory / 2);
         Ok(Server {
             objects: Objects::new(backend, base, &cfg.tenants, max_body, share),
             sched: Scheduler::new(&cfg.limits),
             metrics: Metrics::default(),
-            bodies: Arc::new(Semaphore::new(kib(body_memory) as usize)),
+            bodies: Arc::new(Semaphore::new(kib(body_memory - reserve) as usize)),
+            urgent: Arc::new(Semaphore::new(kib(reserve) as usize)),
+            urgent_max: kib(reserve),
             connections: Arc::new(Semaphore::new(cfg.limits.connections.max(1))),
             metrics_token: cfg.metrics_token_sha256.clone(),
         })
@@ -285,7 +295,7 @@ impl Server {
         // Writes: refused before the body is read, then read whole (its length checked)
         // before a slot is taken: a slow client holds its memory, not a slot.
         let (body, _memory) = if let Op::Put { .. } | Op::PutPart { .. } = r.op {
-            match self.read_body(t, req).await {
+            match self.read_body(t, r.class, req).await {
                 Ok((b, m)) => (Some(b), Some(m)),
                 Err(e) => return (refuse(&e), done),
             }
@@ -317,7 +327,7 @@ impl Server {
     /// The body of a write, read whole into one buffer of its announced length; with the
     /// share of the body-memory budget it holds until the write is done.
     async fn read_body(
-        &self, t: &TenantState, req: Request<Incoming>,
+        &self, t: &TenantState, class: Class, req: Request<Incoming>,
     ) -> Result<(Bytes, Held), Refused> {
         let len = req
             .headers()
@@ -325,7 +335,7 @@ impl Server {
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
             .ok_or_else(|| Refused::new(411, "a Content-Length is needed"))?;
         self.objects.may_write(t, len).await?;
-        let memory = self.hold(t, len).await?;
+        let memory = self.hold(t, class, len).await?;
         // One buffer of the announced size, filled frame by frame (collecting the frames and
         // joining them would hold the body twice), from the block-buffer pool: a fresh
         // multi-MiB buffer per body faulted in every page, a tenth of the server's CPU under
@@ -364,11 +374,28 @@ impl Server {
     }
 
     /// Memory for a body of `len` bytes: from the tenant's share, then from everyone's;
-    /// held until the returned permits drop. Waits a while, then says busy.
-    async fn hold(&self, t: &TenantState, len: u64) -> Result<Held, Refused> {
+    /// held until the returned permits drop. Waits a while, then says busy. An urgent body
+    /// that finds no memory free at once takes it from the urgent reserve instead, so that
+    /// it never waits behind the bulk classes' bodies (its own tenant's backups included).
+    async fn hold(&self, t: &TenantState, class: Class, len: u64) -> Result<Held, Refused> {
         let busy = || Refused::new(503, "busy: too many bodies in memory");
         let n = kib(len);
+        // (A body larger than the whole reserve waits with everyone else's.)
+        let reserved = class == Class::Urgent && n <= self.urgent_max;
+        if reserved {
+            let now = (
+                t.memory.clone().try_acquire_many_owned(n),
+                self.bodies.clone().try_acquire_many_owned(n),
+            );
+            if let (Ok(mine), Ok(all)) = now {
+                return Ok((Some(mine), all));
+            }
+        }
         let wait = async {
+            if reserved {
+                let urgent = self.urgent.clone().acquire_many_owned(n).await;
+                return Ok::<_, Refused>((None, urgent.map_err(|_| busy())?));
+            }
             let mine = t
                 .memory
                 .clone()
@@ -381,7 +408,7 @@ impl Server {
                 .acquire_many_owned(n)
                 .await
                 .map_err(|_| busy())?;
-            Ok::<_, Refused>((mine, all))
+            Ok((Some(mine), all))
         };
         tokio::time::timeout(HEAD_TIMEOUT, wait)
             .await
@@ -406,7 +433,7 @@ impl Server {
                 // An empty object has no byte to give a range of: all of it, 200.
                 let ranged = headers.contains_key(RANGE) && size > 0;
                 // The answer holds memory until it is sent (or the client is gone).
-                let held = self.hold(t, rg.end - rg.start).await?;
+                let held = self.hold(t, r.class, rg.end - rg.start).await?;
                 let bytes = o.read(t, r.class, key, rg.clone()).await?;
                 done.bytes_out = bytes.len() as u64;
                 let mut rep = reply(if ranged { 206 } else { 200 }, bytes);
