@@ -22,6 +22,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::chunker::Chunker;
 use crate::crypto::{Kind, MasterKey, SEAL_ROOM};
 use crate::id::Id;
 use crate::index::{self, Index};
@@ -70,9 +71,9 @@ thread_local! {
 const SCRATCH_KEEP: usize = 1 << 20;
 
 thread_local! {
-    /// Per-thread buffers a blob is compressed and sealed in before its pack copies it: fresh
-    /// ones per blob, most above the mmap threshold, would each fault in new pages.
-    static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// Per-thread buffer a blob is compressed and sealed in before its pack copies it: a fresh
+    /// one per blob, most above the mmap threshold, would fault in new pages each time.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// zstd of `plain` into `out`, replacing what it held.
@@ -86,7 +87,8 @@ fn compress_into(plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
             );
         }
         out.clear();
-        out.reserve(zstd::zstd_safe::compress_bound(plain.len()));
+        // Room for the sealed blob that will be made in this buffer too (see seal_blob).
+        out.reserve(zstd::zstd_safe::compress_bound(plain.len()) + SEAL_ROOM + 1 + TAG_ROOM);
         z.as_mut()
             .expect("set above")
             .compress_to_buffer(plain, out)
@@ -95,29 +97,35 @@ fn compress_into(plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
     })
 }
 
+/// What sealing appends (the tag), reserved so that it does not move a large blob.
+const TAG_ROOM: usize = 16;
+
 /// The sealed blob for `plain`: a flag byte saying whether zstd was used (only where it
-/// pays), then the bytes, sealed; handed to `f` while it lies in this thread's scratch.
+/// pays), then the bytes, sealed; handed to `f` while it lies in this thread's scratch. One
+/// buffer: the compressed bytes move up in it to make room for the nonce and the flag.
 fn seal_blob<R>(
     key: &MasterKey, kind: BlobKind, plain: &[u8], f: impl FnOnce(&[u8]) -> R,
 ) -> Result<R> {
     SCRATCH.with(|s| {
-        let (packed, sealed) = &mut *s.borrow_mut();
-        compress_into(plain, packed)?;
-        sealed.clear();
-        sealed.resize(SEAL_ROOM, 0);
-        if packed.len() + 64 < plain.len() {
-            sealed.push(1);
-            sealed.extend_from_slice(packed);
+        let sealed = &mut *s.borrow_mut();
+        compress_into(plain, sealed)?;
+        let packed = sealed.len();
+        if packed + 64 < plain.len() {
+            sealed.resize(SEAL_ROOM + 1 + packed, 0);
+            sealed.copy_within(..packed, SEAL_ROOM + 1);
+            sealed[SEAL_ROOM] = 1;
         } else {
+            sealed.clear();
+            sealed.resize(SEAL_ROOM, 0);
             sealed.push(0);
             sealed.extend_from_slice(plain);
         }
         key.seal_in_place(kind.sealed(), sealed);
         let out = f(sealed);
-        // A thread keeps small buffers for the next blob; a large chunk's (up to 2 x 8 MiB,
-        // mmapped) go back at once rather than staying with a thread that may idle.
+        // A thread keeps a small buffer for the next blob; a large chunk's (up to 8 MiB,
+        // mmapped) goes back at once rather than staying with a thread that may idle.
         if sealed.capacity() > SCRATCH_KEEP {
-            (*packed, *sealed) = (Vec::new(), Vec::new());
+            *sealed = Vec::new();
         }
         Ok(out)
     })
@@ -436,12 +444,10 @@ impl Archiver {
             }
         } else {
             let f = fs::File::open(path).map_err(io)?;
-            let chunker =
-                fastcdc::v2020::StreamCDC::new(f, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max);
-            for chunk in chunker {
-                let c = chunk.map_err(|e| Error::Permanent(format!("{}: {e}", path.display())))?;
-                read += c.length as u64;
-                ids.push(self.add_blob(BlobKind::Data, &c.data)?);
+            let mut chunker = Chunker::new(f, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max);
+            while let Some(c) = chunker.next_chunk().map_err(io)? {
+                read += c.len() as u64;
+                ids.push(self.add_blob(BlobKind::Data, c)?);
             }
         }
         Ok((ids, read))
@@ -879,13 +885,14 @@ impl Archiver {
             let cfg = me.repo.config.clone();
             let mut ids = Vec::new();
             let mut size = 0u64;
-            for chunk in
-                fastcdc::v2020::StreamCDC::new(reader, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max)
+            let mut chunker = Chunker::new(reader, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max);
+            while let Some(c) = chunker
+                .next_chunk()
+                .map_err(|e| Error::Permanent(format!("read stdin: {e}")))?
             {
-                let c = chunk.map_err(|e| Error::Permanent(format!("read stdin: {e}")))?;
-                size += c.length as u64;
-                me.progress.done(c.length as u64);
-                ids.push(me.add_blob(BlobKind::Data, &c.data)?);
+                size += c.len() as u64;
+                me.progress.done(c.len() as u64);
+                ids.push(me.add_blob(BlobKind::Data, c)?);
             }
             Ok::<_, Error>((ids, size))
         })

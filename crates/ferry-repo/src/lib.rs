@@ -15,6 +15,7 @@ pub(crate) mod blocks;
 pub mod browse;
 pub mod cache;
 pub mod checker;
+mod chunker;
 pub mod copy;
 pub mod crypto;
 pub mod exclude;
