@@ -723,53 +723,62 @@ impl Archiver {
                 by_name.get(name.as_bytes()).map(|&i| old_nodes[i].clone())
             };
             // Small changed files go in runs, each read by one blocking task; the rest one by
-            // one. Order is kept: the tree lists entries by name.
+            // one. Order is kept: the tree lists entries by name. The work is made as the
+            // stream takes it, not up front: a future per entry of every directory open at
+            // once (hundreds, while listings wait on a cold disk) held tens of MiB.
             let trust_before = me.trust_before.load(Ordering::Relaxed);
             let small_max = u64::from(me.repo.config.chunk_min);
-            let mut work: Vec<BoxFuture<'static, Vec<Option<Node>>>> = Vec::new();
             let mut last: Vec<BoxFuture<'static, Option<Node>>> = Vec::new();
+            let mut entries = entries.into_iter();
             let mut run: Vec<(PathBuf, Node)> = Vec::new();
             let mut run_bytes = 0u64;
-            for (name, node, empty) in entries {
-                let old = find(&name);
-                if me.policy.last(&path.join(&name)) {
-                    last.push(match empty {
+            let mut next: Option<BoxFuture<'static, Vec<Option<Node>>>> = None;
+            let work = std::iter::from_fn(|| {
+                if let Some(f) = next.take() {
+                    return Some(f);
+                }
+                for (name, node, empty) in entries.by_ref() {
+                    let old = find(&name);
+                    if me.policy.last(&path.join(&name)) {
+                        last.push(match empty {
+                            true => me.save_empty_dir(node),
+                            false => me.save_node(path.join(&name), node, old),
+                        });
+                        continue;
+                    }
+                    let small = match &node {
+                        Ok(n) => {
+                            n.kind == NodeKind::File
+                                && n.size <= small_max
+                                && me.reusable(n, old.as_ref(), trust_before).is_none()
+                        }
+                        Err(_) => false,
+                    };
+                    if small {
+                        let n = node.expect("checked above");
+                        run_bytes += n.size;
+                        run.push((path.join(&name), n));
+                        if run.len() >= SMALL_RUN || run_bytes >= SMALL_RUN_BYTES {
+                            run_bytes = 0;
+                            return Some(me.save_small(std::mem::take(&mut run)));
+                        }
+                        continue;
+                    }
+                    let one = match empty {
                         true => me.save_empty_dir(node),
                         false => me.save_node(path.join(&name), node, old),
-                    });
-                    continue;
-                }
-                let small = match &node {
-                    Ok(n) => {
-                        n.kind == NodeKind::File
-                            && n.size <= small_max
-                            && me.reusable(n, old.as_ref(), trust_before).is_none()
+                    };
+                    let one = one.map(|n| vec![n]).boxed();
+                    if run.is_empty() {
+                        return Some(one);
                     }
-                    Err(_) => false,
-                };
-                if small {
-                    let n = node.expect("checked above");
-                    run_bytes += n.size;
-                    run.push((path.join(&name), n));
-                    if run.len() >= SMALL_RUN || run_bytes >= SMALL_RUN_BYTES {
-                        work.push(me.save_small(std::mem::take(&mut run)));
-                        run_bytes = 0;
-                    }
-                    continue;
-                }
-                if !run.is_empty() {
-                    work.push(me.save_small(std::mem::take(&mut run)));
+                    // The run before it goes first.
+                    next = Some(one);
                     run_bytes = 0;
+                    return Some(me.save_small(std::mem::take(&mut run)));
                 }
-                let one = match empty {
-                    true => me.save_empty_dir(node),
-                    false => me.save_node(path.join(&name), node, old),
-                };
-                work.push(one.map(|n| vec![n]).boxed());
-            }
-            if !run.is_empty() {
-                work.push(me.save_small(run));
-            }
+                (!run.is_empty()).then(|| me.save_small(std::mem::take(&mut run)))
+            });
             let mut nodes: Vec<Node> = futures::stream::iter(work)
                 .buffered(FILES_AT_ONCE * 2)
                 .flat_map(futures::stream::iter)
