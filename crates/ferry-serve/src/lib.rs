@@ -13,6 +13,7 @@ pub mod route;
 pub mod sched;
 pub mod server;
 pub mod store;
+mod yielding;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -51,6 +51,7 @@ pub struct Metrics {
     depth: Family<Who, Gauge>,
     backend: Family<BackendOp, Histogram, fn() -> Histogram>,
     retries: Gauge,
+    bulk_limit: Gauge,
 }
 
 impl Default for Metrics {
@@ -66,6 +67,7 @@ impl Default for Metrics {
         let backend: Family<BackendOp, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(seconds);
         let retries = Gauge::default();
+        let bulk_limit = Gauge::default();
         registry.register("requests", "Requests answered, by status", requests.clone());
         registry.register(
             "bytes_in",
@@ -87,7 +89,13 @@ impl Default for Metrics {
             "Backend requests retried after a transient failure, since start",
             retries.clone(),
         );
+        registry.register(
+            "bulk_slots",
+            "Slots the bulk classes may hold now (fewer while urgent transfers run late)",
+            bulk_limit.clone(),
+        );
         Metrics {
+            bulk_limit,
             registry,
             requests,
             bytes_in,
@@ -158,6 +166,7 @@ impl Metrics {
     /// `retries` now.
     pub fn encode(&self, sched: &Scheduler, retries: u64) -> String {
         self.retries.set(i64::try_from(retries).unwrap_or(i64::MAX));
+        self.bulk_limit.set(sched.bulk_limit() as i64);
         self.depth.clear();
         for (t, c, n) in sched.depths() {
             self.depth.get_or_create(&who(&t, c)).set(n as i64);

@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+
+use crate::yielding::BulkLimit;
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
@@ -67,6 +69,9 @@ pub struct Limits {
     /// Retry-After, seconds: the answer is this plus up to as much again, at random, so that
     /// refused clients do not come back together.
     pub retry_after: u64,
+    /// Seconds an upload session may go without a new block before its blocks are removed
+    /// (a client that went away mid-upload): between one and two of these.
+    pub upload_idle: u64,
 }
 
 impl Default for Limits {
@@ -79,6 +84,7 @@ impl Default for Limits {
             max_body: "160MiB".into(),
             connections: 4096,
             retry_after: 1,
+            upload_idle: 24 * 3600,
         }
     }
 }
@@ -99,18 +105,19 @@ pub struct Busy {
 #[derive(Debug)]
 pub struct Scheduler {
     slots: usize,
-    /// Slots the classes below urgent may hold together.
-    bulk_cap: usize,
     queue: usize,
     retry_after: u64,
     state: Mutex<State>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     running: usize,
     /// Slots held by the classes below urgent.
     bulk: usize,
+    /// How many they may hold now: at most all but an eighth of the slots, fewer while
+    /// urgent transfers run late.
+    limit: BulkLimit,
     classes: [Ring; 4],
 }
 
@@ -128,6 +135,20 @@ struct Ring {
 pub struct Permit {
     sched: Arc<Scheduler>,
     urgent: bool,
+    /// When the slot was asked for.
+    asked: Instant,
+}
+
+impl Permit {
+    /// Gives the slot back after moving `bytes`: an urgent transfer's time tells the bulk
+    /// classes whether to yield (see [`crate::yielding`]).
+    pub fn done(self, bytes: u64) {
+        if self.urgent {
+            let mut st = self.sched.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.limit
+                .urgent_done(self.asked.elapsed(), bytes, Instant::now());
+        }
+    }
 }
 
 impl Drop for Permit {
@@ -161,13 +182,17 @@ impl Scheduler {
         let slots = limits.slots.max(1);
         Arc::new(Scheduler {
             slots,
-            // An eighth of the slots (one at the least, none of one) is kept for urgent work:
-            // long bulk transfers holding every slot would otherwise hold up a WAL segment
-            // until one of them ends (seconds over a WAN).
-            bulk_cap: slots - (slots / 8).max(1).min(slots - 1),
             queue: limits.queue.max(1),
             retry_after: limits.retry_after.max(1),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                running: 0,
+                bulk: 0,
+                classes: Default::default(),
+                // An eighth of the slots (one at the least, none of one) is kept for urgent
+                // work: long bulk transfers holding every slot would otherwise hold up a WAL
+                // segment until one of them ends (seconds over a WAN).
+                limit: BulkLimit::new(slots - (slots / 8).max(1).min(slots - 1)),
+            }),
         })
     }
 
@@ -175,16 +200,18 @@ impl Scheduler {
     /// full.
     pub async fn admit(self: &Arc<Self>, tenant: &str, class: Class) -> Result<Permit, Busy> {
         let urgent = class == Class::Urgent;
+        let asked = Instant::now();
         let rx = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             // Waiters exist only while every slot the class may use runs: a free one is taken
             // at once.
-            if st.running < self.slots && (urgent || st.bulk < self.bulk_cap) {
+            if st.running < self.slots && (urgent || st.bulk < st.limit.get()) {
                 st.running += 1;
                 st.bulk += usize::from(!urgent);
                 return Ok(Permit {
                     sched: self.clone(),
                     urgent,
+                    asked,
                 });
             }
             let ring = &mut st.classes[class as usize];
@@ -216,6 +243,7 @@ impl Scheduler {
             Ok(()) => Ok(Permit {
                 sched: self.clone(),
                 urgent,
+                asked,
             }),
             Err(_) => Err(self.busy()),
         }
@@ -240,25 +268,31 @@ impl Scheduler {
         out
     }
 
-    /// A slot comes free: the next waiter that may use it takes it, or it goes back.
+    /// A slot comes free: waiters that may run take the free slots (more than this one
+    /// when the bulk limit has grown meanwhile), or it goes back.
     fn release(&self, urgent: bool) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.running -= 1;
         st.bulk -= usize::from(!urgent);
-        loop {
-            let bulk_may = st.bulk < self.bulk_cap;
+        while st.running < self.slots {
+            let bulk_may = st.bulk < st.limit.get();
             let Some((tx, c)) = st.next(&mut rand::rng(), bulk_may) else {
                 return;
             };
             let bulk = usize::from(c != Class::Urgent as usize);
             st.running += 1;
             st.bulk += bulk;
-            if tx.send(()).is_ok() {
-                return;
+            if tx.send(()).is_err() {
+                st.running -= 1;
+                st.bulk -= bulk;
             }
-            st.running -= 1;
-            st.bulk -= bulk;
         }
+    }
+
+    /// Slots the bulk classes may hold now.
+    pub fn bulk_limit(&self) -> usize {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.limit.get()
     }
 }
 
@@ -402,6 +436,46 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), ["restore"]);
     }
 
+    /// Tells `s`'s bulk limit that `n` urgent transfers of 1 MiB took `ms` each, a step
+    /// apart on the clock `now`.
+    fn urgent_took(s: &Scheduler, now: &mut Instant, ms: u64, n: usize) {
+        let mut st = s.state.lock().unwrap();
+        for _ in 0..n {
+            *now += Duration::from_millis(300);
+            st.limit
+                .urgent_done(Duration::from_millis(ms), 1 << 20, *now);
+        }
+    }
+
+    #[tokio::test]
+    async fn bulk_work_yields_slots_while_urgent_transfers_run_late() {
+        let s = Scheduler::new(&limits(64, 100));
+        assert_eq!(s.bulk_limit(), 56);
+        let mut now = Instant::now();
+        urgent_took(&s, &mut now, 200, 2);
+        urgent_took(&s, &mut now, 2000, 30);
+        assert_eq!(s.bulk_limit(), 3);
+        let held: Vec<_> = futures::future::join_all((0..3).map(|_| s.admit("a", Class::Backup)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let waiting = queue(&s, "b", Class::Restore, 4, "restore", &order);
+        settle().await;
+        assert!(order.lock().unwrap().is_empty(), "bulk past its limit");
+        // Urgent work still runs at once.
+        drop(s.admit("w", Class::Urgent).await.unwrap());
+        // On time again: the limit grows, and a slot coming free lets in all it allows.
+        urgent_took(&s, &mut now, 200, 4);
+        assert_eq!(s.bulk_limit(), 7);
+        drop(held);
+        for h in waiting {
+            h.await.unwrap();
+        }
+        assert_eq!(order.lock().unwrap().len(), 4);
+    }
+
     #[tokio::test]
     async fn a_full_queue_is_refused_at_once() {
         let s = Scheduler::new(&limits(1, 2));
@@ -428,7 +502,12 @@ mod tests {
     #[test]
     fn a_lower_class_is_served_within_its_share() {
         // Always-full urgent and maintenance queues: maintenance must still get picks.
-        let mut st = State::default();
+        let mut st = State {
+            running: 0,
+            bulk: 0,
+            limit: BulkLimit::new(1),
+            classes: Default::default(),
+        };
         let mut rng = rand::rng();
         let mut rxs = Vec::new();
         let mut maint = 0;

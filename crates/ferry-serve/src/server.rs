@@ -1,6 +1,7 @@
 //! The HTTPS listener: TLS, HTTP/1.1, authentication, and each request taken from parsing to
 //! the store and back, counted and logged.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -36,6 +37,15 @@ type Held = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
 const HANDSHAKE: Duration = Duration::from_secs(10);
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The sweeper's task, stopped with the server.
+struct Sweeper(tokio::task::JoinHandle<()>);
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The server: its tenants' objects, its scheduler and its counters.
 #[derive(Debug)]
 pub struct Server {
@@ -52,6 +62,8 @@ pub struct Server {
     /// Connections that may be open at once.
     connections: Arc<Semaphore>,
     metrics_token: Option<String>,
+    /// See [`crate::sched::Limits::upload_idle`].
+    upload_idle: Duration,
 }
 
 type Reply = Response<Out>;
@@ -135,12 +147,14 @@ impl Server {
             urgent_max: kib(reserve),
             connections: Arc::new(Semaphore::new(cfg.limits.connections.max(1))),
             metrics_token: cfg.metrics_token_sha256.clone(),
+            upload_idle: Duration::from_secs(cfg.limits.upload_idle.max(1)),
         })
     }
 
     /// Serves HTTPS on `listener` with `tls` until the task is dropped.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: Arc<rustls::ServerConfig>) {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let _sweeper = Sweeper(tokio::spawn(self.clone().sweep()));
         loop {
             let (tcp, peer) = match listener.accept().await {
                 Ok(c) => c,
@@ -184,6 +198,15 @@ impl Server {
                     .serve_connection(TokioIo::new(tls), service)
                     .await;
             });
+        }
+    }
+
+    /// Removes abandoned upload sessions every `upload_idle`, for good.
+    async fn sweep(self: Arc<Self>) {
+        let mut seen = HashMap::new();
+        loop {
+            tokio::time::sleep(self.upload_idle).await;
+            self.objects.sweep_uploads(&mut seen).await;
         }
     }
 
@@ -318,7 +341,7 @@ impl Server {
             Ok(rep) => rep,
             Err(e) => refuse(&e),
         };
-        drop(permit);
+        permit.done(done.bytes_in + done.bytes_out);
         done.service = served.elapsed();
         self.metrics.backend(r.op.name(), done.service);
         (reply, done)

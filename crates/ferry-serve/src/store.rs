@@ -376,6 +376,51 @@ impl Objects {
         Ok(())
     }
 
+    /// Removes the upload sessions that have not changed since the last sweep, whose blocks
+    /// a client that went away would otherwise leave for good; `seen` is each session's
+    /// block count and bytes at the last sweep (the sweeper keeps it between calls). Stateless
+    /// across processes: a session another process is receiving changes, and is kept.
+    /// Returns the sessions removed.
+    pub async fn sweep_uploads(&self, seen: &mut HashMap<String, (usize, u64)>) -> usize {
+        let mut now: HashMap<String, (usize, u64)> = HashMap::new();
+        let mut owner: HashMap<String, &TenantState> = HashMap::new();
+        for t in self.tenants() {
+            let dir = self.full(t, &format!("{}/", crate::route::UPLOADS));
+            let Ok(all) = self.backend.list(&dir).await else {
+                continue;
+            };
+            for o in all {
+                let Some((session, _)) = o.key[dir.len()..].split_once('/') else {
+                    continue;
+                };
+                let key = format!("{dir}{session}");
+                let e = now.entry(key.clone()).or_default();
+                *e = (e.0 + 1, e.1 + o.size);
+                owner.insert(key, t);
+            }
+        }
+        let mut removed = 0;
+        for (key, sig) in &now {
+            if seen.get(key) != Some(sig) {
+                continue;
+            }
+            let (t, session) = (owner[key], key.rsplit('/').next().unwrap_or_default());
+            match self.abort(t, Class::Maintenance, session).await {
+                Ok(()) => {
+                    removed += 1;
+                    eprintln!(
+                        "{}",
+                        serde_json::json!({"sweep": "upload", "tenant": t.cfg.name,
+                            "session": session, "blocks": sig.0, "bytes": sig.1})
+                    );
+                }
+                Err(e) => eprintln!("ferry serve: sweep of {key}: {}", e.why),
+            }
+        }
+        *seen = now;
+        removed
+    }
+
     /// Deletes `key`; returns its size (for the audit line). Append-only tenants may delete
     /// only restic locks (`lock`).
     pub async fn delete(

@@ -665,3 +665,32 @@ fn one_tenant_cannot_take_all_the_body_memory() {
     let (code, _) = served.request("PUT", "/v1/alice/through", Some("alice"), &[1u8; 1 << 20]);
     assert_eq!(code, 200, "alice waited for bob's stalled bodies");
 }
+
+#[test]
+fn abandoned_upload_sessions_are_swept_and_live_ones_kept() {
+    let served = Served::start(&format!("{LIMITS}\nupload_idle = 1"));
+    let (gone, live) = ("a".repeat(32), "b".repeat(32));
+    let part = |session: &str, n: u32, body: &[u8]| {
+        let path = format!("/v1/alice/obj?upload={session}&part={n}");
+        served.request("PUT", &path, Some("alice"), body).0
+    };
+    assert_eq!(part(&gone, 0, b"left behind"), 200);
+    // (A directory store keeps the session's directory, empty: its block is what counts.)
+    let block = served
+        .store
+        .join(format!("alice/.ferry-uploads/{gone}/000000"));
+    assert!(block.exists());
+    // The live session gets a block every 300 ms for 3.6 s: three or more sweeps.
+    let mut sent = Vec::new();
+    for n in 0..12u32 {
+        let body = format!("block {n};");
+        assert_eq!(part(&live, n, body.as_bytes()), 200);
+        sent.extend_from_slice(body.as_bytes());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    assert!(!block.exists(), "an idle session outlived two sweeps");
+    let path = format!("/v1/alice/obj?upload={live}&parts=12");
+    let (code, body) = served.request("POST", &path, Some("alice"), b"");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(std::fs::read(served.store.join("alice/obj")).unwrap(), sent);
+}
