@@ -613,15 +613,32 @@ pub(crate) fn whole_index(errs: Vec<Error>) -> Result<()> {
     }
 }
 
-/// Refuses a config that does not go with the key that opened it: a format this ferry does
-/// not know, or one other than the key file's (a format 1 key file carries no repository
-/// id; a format 2 one carries the id the config must hold).
+/// Refuses a config with sizes out of range, or that does not go with the key that opened
+/// it: a format this ferry does not know, or one other than the key file's (a format 1 key
+/// file carries no repository id; a format 2 one carries the id the config must hold).
 fn check_format(config: &Config, key: &MasterKey, url: &str) -> Result<()> {
     if config.version > FORMAT || config.version == 0 {
         return Err(Error::Invalid(format!(
             "{url}: repository format {} is not one this ferry reads (1 to {FORMAT}); \
              a newer ferry made it",
             config.version
+        )));
+    }
+    // Chunk and pack sizes size buffers: outside what the chunker takes (fastcdc's bounds)
+    // or past 1 GiB a pack, they are refused here rather than allocated or panicked on.
+    use fastcdc::v2020::{
+        AVERAGE_MAX, AVERAGE_MIN, MAXIMUM_MAX, MAXIMUM_MIN, MINIMUM_MAX, MINIMUM_MIN,
+    };
+    let sizes_ok = (MINIMUM_MIN..=MINIMUM_MAX).contains(&config.chunk_min)
+        && (AVERAGE_MIN..=AVERAGE_MAX).contains(&config.chunk_avg)
+        && (MAXIMUM_MIN..=MAXIMUM_MAX).contains(&config.chunk_max)
+        && config.chunk_min <= config.chunk_avg
+        && config.chunk_avg <= config.chunk_max
+        && (1..=1 << 30).contains(&config.pack_size);
+    if !sizes_ok {
+        return Err(Error::Invalid(format!(
+            "{url}/config: chunk sizes {}/{}/{} or pack size {} out of range",
+            config.chunk_min, config.chunk_avg, config.chunk_max, config.pack_size
         )));
     }
     let fits = match key.scope() {
@@ -653,5 +670,57 @@ fn show(store: &Remote, root: &str) -> String {
         (_, true) => base.to_string(),
         (true, false) => format!("/{root}"),
         (false, false) => format!("{base}/{root}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_a_config_cannot_hold_are_refused() {
+        let id = Id::of(b"repo");
+        let key = MasterKey::generate(id);
+        let good = Config {
+            version: FORMAT,
+            id,
+            chunk_min: 512 << 10,
+            chunk_avg: 1 << 20,
+            chunk_max: 8 << 20,
+            pack_size: 16 << 20,
+        };
+        assert!(check_format(&good, &key, "r").is_ok());
+        // A chunker buffer of 4 GiB, chunks past fastcdc's bounds, a min above the average,
+        // a pack of 0 or 4 GiB: each refused with one line before anything is allocated.
+        for bad in [
+            Config {
+                chunk_max: u32::MAX,
+                ..good.clone()
+            },
+            Config {
+                chunk_avg: u32::MAX,
+                ..good.clone()
+            },
+            Config {
+                chunk_min: 8,
+                ..good.clone()
+            },
+            Config {
+                chunk_min: 1 << 20,
+                chunk_avg: 512 << 10,
+                ..good.clone()
+            },
+            Config {
+                pack_size: 0,
+                ..good.clone()
+            },
+            Config {
+                pack_size: u32::MAX,
+                ..good.clone()
+            },
+        ] {
+            let e = check_format(&bad, &key, "r").expect_err("out of range");
+            assert!(e.to_string().contains("out of range"), "{e}");
+        }
     }
 }

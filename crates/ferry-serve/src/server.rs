@@ -68,13 +68,11 @@ pub struct Server {
 
 type Reply = Response<Out>;
 
-/// An answer's body, with the memory it holds until it is sent.
+/// An answer's body. An object's bytes carry the memory permits they were read under (see
+/// [`Pinned`]), given back when hyper has written them, not when it takes them.
 #[derive(Default)]
 pub struct Out {
     body: Full<Bytes>,
-    /// Given back when the answer is dropped: sent, or its client gone.
-    #[allow(dead_code)]
-    held: Option<Held>,
 }
 
 impl http_body::Body for Out {
@@ -96,10 +94,23 @@ impl http_body::Body for Out {
     }
 }
 
+/// Bytes with the memory permits they hold: hyper drops the body once it has taken its one
+/// frame, long before a client that reads slowly (or not at all) has the bytes; the frame
+/// itself lives until written, so the permits go with it.
+struct Pinned {
+    bytes: Bytes,
+    _held: Held,
+}
+
+impl AsRef<[u8]> for Pinned {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 fn reply(status: u16, body: impl Into<Bytes>) -> Reply {
     let mut r = Response::new(Out {
         body: Full::new(body.into()),
-        held: None,
     });
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r
@@ -131,20 +142,26 @@ impl Server {
         let size =
             |s: &str| ferry_store::size::parse(s).ok_or(format!("limits: {s:?} is not a size"));
         let (body_memory, max_body) = (size(&cfg.limits.body_memory)?, size(&cfg.limits.max_body)?);
-        if max_body > body_memory {
-            return Err("limits: max_body is above body_memory".into());
-        }
-        // One tenant may hold a quarter of the body memory, and always one whole body.
-        let share = (body_memory / 4).max(max_body);
         // An eighth is kept for urgent bodies: two WAL segments of 16 MiB at the least.
         let reserve = (body_memory / 8).max(32 << 20).min(body_memory / 2);
+        if max_body > body_memory - reserve {
+            return Err(format!(
+                "limits: max_body is above what body_memory leaves besides the urgent reserve \
+                 ({} MiB)",
+                (body_memory - reserve) >> 20
+            ));
+        }
+        // One tenant may hold a quarter of the body memory, and always one whole body; and
+        // a quarter of the reserve, one WAL segment at the least.
+        let share = (body_memory / 4).max(max_body);
+        let urgent_share = (reserve / 4).max((16 << 20) + (64 << 10)).min(reserve);
         Ok(Server {
-            objects: Objects::new(backend, base, &cfg.tenants, max_body, share),
+            objects: Objects::new(backend, base, &cfg.tenants, max_body, share, urgent_share),
             sched: Scheduler::new(&cfg.limits),
             metrics: Metrics::default(),
             bodies: Arc::new(Semaphore::new(kib(body_memory - reserve) as usize)),
             urgent: Arc::new(Semaphore::new(kib(reserve) as usize)),
-            urgent_max: kib(reserve),
+            urgent_max: kib(urgent_share),
             connections: Arc::new(Semaphore::new(cfg.limits.connections.max(1))),
             metrics_token: cfg.metrics_token_sha256.clone(),
             upload_idle: Duration::from_secs(cfg.limits.upload_idle.max(1)),
@@ -341,7 +358,11 @@ impl Server {
             Ok(rep) => rep,
             Err(e) => refuse(&e),
         };
-        permit.done(done.bytes_in + done.bytes_out);
+        // Only a write that was stored tells the bulk classes whether to yield: a refused
+        // one took no time for its bytes, and reads run at another speed than writes.
+        let stored =
+            matches!(r.op, Op::Put { .. } | Op::PutPart { .. }) && reply.status().is_success();
+        permit.done(if stored { done.bytes_in } else { 0 });
         done.service = served.elapsed();
         self.metrics.backend(r.op.name(), done.service);
         (reply, done)
@@ -403,7 +424,7 @@ impl Server {
     async fn hold(&self, t: &TenantState, class: Class, len: u64) -> Result<Held, Refused> {
         let busy = || Refused::new(503, "busy: too many bodies in memory");
         let n = kib(len);
-        // (A body larger than the whole reserve waits with everyone else's.)
+        // (A body larger than the tenant's part of the reserve waits with everyone else's.)
         let reserved = class == Class::Urgent && n <= self.urgent_max;
         if reserved {
             let now = (
@@ -416,8 +437,10 @@ impl Server {
         }
         let wait = async {
             if reserved {
+                // The tenant's part of the reserve, then the reserve.
+                let mine = t.urgent.clone().acquire_many_owned(n).await;
                 let urgent = self.urgent.clone().acquire_many_owned(n).await;
-                return Ok::<_, Refused>((None, urgent.map_err(|_| busy())?));
+                return Ok::<_, Refused>((mine.ok(), urgent.map_err(|_| busy())?));
             }
             let mine = t
                 .memory
@@ -455,15 +478,12 @@ impl Server {
                 let (rg, size) = o.span(t, r.class, key, range(headers)?).await?;
                 // An empty object has no byte to give a range of: all of it, 200.
                 let ranged = headers.contains_key(RANGE) && size > 0;
-                // The answer holds memory until it is sent (or the client is gone).
+                // The answer holds memory until it is written (or the client is gone).
                 let held = self.hold(t, r.class, rg.end - rg.start).await?;
                 let bytes = o.read(t, r.class, key, rg.clone()).await?;
                 done.bytes_out = bytes.len() as u64;
-                let mut rep = reply(if ranged { 206 } else { 200 }, bytes);
-                *rep.body_mut() = Out {
-                    held: Some(held),
-                    ..std::mem::take(rep.body_mut())
-                };
+                let pinned = Bytes::from_owner(Pinned { bytes, _held: held });
+                let mut rep = reply(if ranged { 206 } else { 200 }, pinned);
                 if ranged {
                     let v = format!("bytes {}-{}/{size}", rg.start, rg.end.saturating_sub(1));
                     rep.headers_mut()

@@ -73,6 +73,9 @@ pub struct TenantState {
     used: OnceCell<AtomicU64>,
     /// The tenant's share of the body memory, in KiB permits.
     pub memory: std::sync::Arc<tokio::sync::Semaphore>,
+    /// The tenant's share of the urgent reserve, in KiB permits: a tenant that marks its
+    /// writes urgent cannot take the whole reserve from the others' WAL.
+    pub urgent: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// The backend, seen per tenant.
@@ -99,9 +102,10 @@ pub struct Listed {
 
 impl Objects {
     /// The tenants' objects under `base` in `backend`.
-    /// Each tenant may hold `share` bytes of bodies in memory.
+    /// Each tenant may hold `share` bytes of bodies in memory, and `urgent` of the urgent
+    /// reserve.
     pub fn new(
-        backend: Remote, base: &str, tenants: &[Tenant], max_body: u64, share: u64,
+        backend: Remote, base: &str, tenants: &[Tenant], max_body: u64, share: u64, urgent: u64,
     ) -> Objects {
         let base = base.trim_end_matches('/');
         let tenants = tenants
@@ -113,6 +117,9 @@ impl Objects {
                     used: OnceCell::new(),
                     memory: std::sync::Arc::new(tokio::sync::Semaphore::new(
                         share.div_ceil(1024).max(1) as usize,
+                    )),
+                    urgent: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                        urgent.div_ceil(1024).max(1) as usize,
                     )),
                 };
                 (t.name.clone(), state)
@@ -390,9 +397,14 @@ impl Objects {
                 continue;
             };
             for o in all {
-                let Some((session, _)) = o.key[dir.len()..].split_once('/') else {
+                // Only what is below the tenant's upload area, named as sessions are.
+                let Some((session, _)) = o.key.strip_prefix(&dir).and_then(|r| r.split_once('/'))
+                else {
                     continue;
                 };
+                if session.len() != 32 || !session.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    continue;
+                }
                 let key = format!("{dir}{session}");
                 let e = now.entry(key.clone()).or_default();
                 *e = (e.0 + 1, e.1 + o.size);

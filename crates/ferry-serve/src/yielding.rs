@@ -8,8 +8,10 @@
 //! every [`STEP`], so that a cut shows before the next; bulk keeps a floor of slots, so
 //! backups, restores and maintenance always move.
 //!
-//! The signal is measured by the server (slot wait and backend time), never by how fast a
-//! client sends: a client trickling its WAL cannot throttle everyone's backups.
+//! The signal is measured by the server (slot wait and backend time of writes it stored),
+//! never by how fast a client sends: a client trickling its WAL cannot throttle everyone's
+//! backups, nor can a write refused at once (it moved no bytes) or a read (reads run at
+//! another speed than writes).
 
 use std::time::{Duration, Instant};
 
@@ -62,9 +64,12 @@ impl BulkLimit {
         if bytes < MIN_BYTES {
             return;
         }
-        if now.duration_since(self.window) >= WINDOW {
+        let since = now.duration_since(self.window);
+        if since >= WINDOW {
+            // After a quiet spell longer than two windows, nothing seen before is recent.
+            let keep = since < 2 * WINDOW;
             for b in &mut self.best {
-                *b = [f64::INFINITY, b[0]];
+                *b = [f64::INFINITY, if keep { b[0] } else { f64::INFINITY }];
             }
             self.window = now;
         }
@@ -140,6 +145,21 @@ mod tests {
         l.urgent_done(Duration::from_millis(1000), MIB, now);
         l.urgent_done(Duration::from_millis(1000), MIB, now);
         assert_eq!(l.get(), 42);
+    }
+
+    #[test]
+    fn a_quiet_spell_forgets_the_least() {
+        let mut l = BulkLimit::new(56);
+        let mut now = Instant::now();
+        l.urgent_done(Duration::from_millis(100), MIB, now);
+        // Nothing for three windows; then the link is slower: the old least is not held
+        // against it.
+        now += 3 * WINDOW;
+        for _ in 0..10 {
+            now += STEP;
+            l.urgent_done(Duration::from_millis(500), MIB, now);
+        }
+        assert_eq!(l.get(), 56);
     }
 
     #[test]

@@ -92,10 +92,15 @@ fn tune_allocator() {
     {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let arenas = i32::try_from(2 * cores.max(2)).unwrap_or(i32::MAX);
+        // An operator's own setting wins.
+        let told = std::env::var_os("MALLOC_ARENA_MAX").is_some()
+            || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("arena_max"));
         // SAFETY: mallopt only changes allocator tuning and is called before any thread starts.
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-            libc::mallopt(libc::M_ARENA_MAX, arenas);
+            if !told {
+                libc::mallopt(libc::M_ARENA_MAX, arenas);
+            }
         }
     }
 }

@@ -668,7 +668,7 @@ fn one_tenant_cannot_take_all_the_body_memory() {
 
 #[test]
 fn abandoned_upload_sessions_are_swept_and_live_ones_kept() {
-    let served = Served::start(&format!("{LIMITS}\nupload_idle = 1"));
+    let served = Served::start(&format!("{LIMITS}\nupload_idle = 2"));
     let (gone, live) = ("a".repeat(32), "b".repeat(32));
     let part = |session: &str, n: u32, body: &[u8]| {
         let path = format!("/v1/alice/obj?upload={session}&part={n}");
@@ -680,16 +680,17 @@ fn abandoned_upload_sessions_are_swept_and_live_ones_kept() {
         .store
         .join(format!("alice/.ferry-uploads/{gone}/000000"));
     assert!(block.exists());
-    // The live session gets a block every 300 ms for 3.6 s: three or more sweeps.
+    // The live session gets a block every 250 ms for 6 s: three sweeps, 2 s apart, each
+    // after several blocks (a loaded machine may slow a block, not eight of them).
     let mut sent = Vec::new();
-    for n in 0..12u32 {
+    for n in 0..24u32 {
         let body = format!("block {n};");
         assert_eq!(part(&live, n, body.as_bytes()), 200);
         sent.extend_from_slice(body.as_bytes());
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::thread::sleep(std::time::Duration::from_millis(250));
     }
     assert!(!block.exists(), "an idle session outlived two sweeps");
-    let path = format!("/v1/alice/obj?upload={live}&parts=12");
+    let path = format!("/v1/alice/obj?upload={live}&parts=24");
     let (code, body) = served.request("POST", &path, Some("alice"), b"");
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
     assert_eq!(std::fs::read(served.store.join("alice/obj")).unwrap(), sent);
