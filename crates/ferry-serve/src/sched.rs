@@ -289,6 +289,13 @@ impl Scheduler {
         }
     }
 
+    /// Whether the bulk classes yield slots to late urgent transfers (see
+    /// [`crate::yielding`]); on unless turned off.
+    pub fn set_yielding(&self, on: bool) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.limit.set_on(on);
+    }
+
     /// Slots the bulk classes may hold now.
     pub fn bulk_limit(&self) -> usize {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -461,7 +468,10 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         // Four restores wait, each to hold its slot until told.
-        let (admitted, go) = (Arc::new(Mutex::new(0)), Arc::new(tokio::sync::Notify::new()));
+        let (admitted, go) = (
+            Arc::new(Mutex::new(0)),
+            Arc::new(tokio::sync::Notify::new()),
+        );
         let waiting: Vec<_> = (0..4)
             .map(|_| {
                 let (s, admitted, go) = (s.clone(), admitted.clone(), go.clone());
@@ -483,7 +493,11 @@ mod tests {
         let mut held = held;
         held.pop();
         settle().await;
-        assert_eq!(*admitted.lock().unwrap(), 4, "one release let in one waiter");
+        assert_eq!(
+            *admitted.lock().unwrap(),
+            4,
+            "one release let in one waiter"
+        );
         go.notify_waiters();
         for h in waiting {
             h.await.unwrap();

@@ -155,9 +155,15 @@ impl Server {
         // a quarter of the reserve, one WAL segment at the least.
         let share = (body_memory / 4).max(max_body);
         let urgent_share = (reserve / 4).max((16 << 20) + (64 << 10)).min(reserve);
+        let local = backend.is_local();
         Ok(Server {
             objects: Objects::new(backend, base, &cfg.tenants, max_body, share, urgent_share),
-            sched: Scheduler::new(&cfg.limits),
+            sched: {
+                let s = Scheduler::new(&cfg.limits);
+                // The link is what bulk slots share with the WAL; a local disk is not.
+                s.set_yielding(!local);
+                s
+            },
             metrics: Metrics::default(),
             bodies: Arc::new(Semaphore::new(kib(body_memory - reserve) as usize)),
             urgent: Arc::new(Semaphore::new(kib(reserve) as usize)),
