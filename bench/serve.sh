@@ -29,7 +29,8 @@ if [ $(( BACKUPS + RESTORES )) -gt "$TENANTS" ]; then echo "BACKUPS + RESTORES >
 NS=${NS:-ferryserve}   # its own namespace and scratch dir: other benches (lib.sh's ferrybench) may run too
 . bench/lib.sh
 scripts/install-tools minio toxiproxy restic rest-server
-[ -x target/release/ferry ] || cargo build --release -p ferry --offline
+# The default build (after scripts/test, target/release/ferry links librados).
+cargo build --release -p ferry --offline -q
 # Scratch: one run's store at a time (deleted after it), the WAL and the flood's data, the
 # restore targets; a flood of 100 MB/s assumed.
 need_mb=$(( TENANTS * (BASE_SECS + FLOOD_SECS) * WAL_MIB * 105 / 100 / WAL_INTERVAL + 100 * FLOOD_SECS
