@@ -71,15 +71,16 @@ fn param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
         .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
 }
 
-/// An upload session id: 32 lowercase hex digits (the client's random pick).
+/// Whether `id` is an upload session id: 32 lowercase hex digits (the client's random pick).
+pub fn is_session(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The query's upload session id, checked.
 fn session(query: Option<&str>) -> Result<Option<String>, String> {
     match param(query, "upload") {
         None => Ok(None),
-        Some(id)
-            if id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
-        {
-            Ok(Some(id.to_string()))
-        }
+        Some(id) if is_session(id) => Ok(Some(id.to_string())),
         Some(_) => Err("an upload id is 32 lowercase hex digits".into()),
     }
 }

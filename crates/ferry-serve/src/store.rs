@@ -287,9 +287,14 @@ impl Objects {
         Ok(())
     }
 
+    /// Where session `upload`'s blocks lie (below the tenant's prefix).
+    fn session_dir(upload: &str) -> String {
+        format!("{}/{upload}/", crate::route::UPLOADS)
+    }
+
     /// The key of block `part` of session `upload` (below the tenant's prefix).
     fn part_key(upload: &str, part: u32) -> String {
-        format!("{}/{upload}/{part:06}", crate::route::UPLOADS)
+        format!("{}{part:06}", Self::session_dir(upload))
     }
 
     /// Stores one block of an upload session: a create, allowed to every writing tenant.
@@ -322,7 +327,7 @@ impl Objects {
         let _claim = self.create_only(t, &remote, &full).await?;
         // Every block is there before anything is written (one listing of the session, not
         // a request per block): a missing one is 404 with nothing stored.
-        let dir = self.full(t, &format!("{}/{upload}/", crate::route::UPLOADS));
+        let dir = self.full(t, &Self::session_dir(upload));
         let held: std::collections::HashMap<String, u64> = match remote.list(&dir).await {
             Ok(all) => all.into_iter().map(|o| (o.key, o.size)).collect(),
             Err(Error::NotFound(_)) => Default::default(),
@@ -367,7 +372,7 @@ impl Objects {
 
     /// Removes every block of session `upload`.
     pub async fn abort(&self, t: &TenantState, class: Class, upload: &str) -> Result<(), Refused> {
-        let dir = self.full(t, &format!("{}/{upload}/", crate::route::UPLOADS));
+        let dir = self.full(t, &Self::session_dir(upload));
         let remote = self.remote(class);
         let held = match remote.list(&dir).await {
             Ok(all) => all,
@@ -390,43 +395,40 @@ impl Objects {
     /// Returns the sessions removed.
     pub async fn sweep_uploads(&self, seen: &mut HashMap<String, (usize, u64)>) -> usize {
         let mut now: HashMap<String, (usize, u64)> = HashMap::new();
-        let mut owner: HashMap<String, &TenantState> = HashMap::new();
+        let mut removed = 0;
         for t in self.tenants() {
             let dir = self.full(t, &format!("{}/", crate::route::UPLOADS));
             let Ok(all) = self.backend.list(&dir).await else {
                 continue;
             };
-            for o in all {
-                // Only what is below the tenant's upload area, named as sessions are.
+            // Block count and bytes per session, only what is named as sessions are.
+            let mut here: HashMap<&str, (usize, u64)> = HashMap::new();
+            for o in &all {
                 let Some((session, _)) = o.key.strip_prefix(&dir).and_then(|r| r.split_once('/'))
                 else {
                     continue;
                 };
-                if session.len() != 32 || !session.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    continue;
+                if crate::route::is_session(session) {
+                    let e = here.entry(session).or_default();
+                    *e = (e.0 + 1, e.1 + o.size);
                 }
+            }
+            for (session, sig) in here {
                 let key = format!("{dir}{session}");
-                let e = now.entry(key.clone()).or_default();
-                *e = (e.0 + 1, e.1 + o.size);
-                owner.insert(key, t);
-            }
-        }
-        let mut removed = 0;
-        for (key, sig) in &now {
-            if seen.get(key) != Some(sig) {
-                continue;
-            }
-            let (t, session) = (owner[key], key.rsplit('/').next().unwrap_or_default());
-            match self.abort(t, Class::Maintenance, session).await {
-                Ok(()) => {
-                    removed += 1;
-                    eprintln!(
-                        "{}",
-                        serde_json::json!({"sweep": "upload", "tenant": t.cfg.name,
-                            "session": session, "blocks": sig.0, "bytes": sig.1})
-                    );
+                if seen.get(&key) == Some(&sig) {
+                    match self.abort(t, Class::Maintenance, session).await {
+                        Ok(()) => {
+                            removed += 1;
+                            eprintln!(
+                                "{}",
+                                serde_json::json!({"sweep": "upload", "tenant": t.cfg.name,
+                                    "session": session, "blocks": sig.0, "bytes": sig.1})
+                            );
+                        }
+                        Err(e) => eprintln!("ferry serve: sweep of {key}: {}", e.why),
+                    }
                 }
-                Err(e) => eprintln!("ferry serve: sweep of {key}: {}", e.why),
+                now.insert(key, sig);
             }
         }
         *seen = now;
