@@ -351,7 +351,16 @@ impl Repo {
     }
 
     pub(crate) async fn put(&self, key: &str, body: Vec<u8>) -> Result<u64> {
-        self.remote.upload_bytes(buffer::bytes(body), key).await
+        // A pack is written to local disk in milliseconds and the next one takes a few hundred
+        // to fill: pooled, its buffer would sit idle nearly all the time, a second pack's
+        // worth of resident memory (first backup of 1.3 GB of a toolchain: 110-114 -> 80-81
+        // MiB peak RSS, freed instead). Remote stores keep several packs in flight and reuse.
+        let body = if self.remote.is_local() {
+            bytes::Bytes::from(body)
+        } else {
+            buffer::bytes(body)
+        };
+        self.remote.upload_bytes(body, key).await
     }
 
     /// A whole object.
