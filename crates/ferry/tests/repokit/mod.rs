@@ -17,6 +17,16 @@ pub struct Repo {
     pub env: Vec<(String, String)>,
 }
 
+impl Drop for Repo {
+    /// The metadata cache made for this repository goes with it: tests leave nothing in the
+    /// temp directory (hundreds of them were left by every run before).
+    fn drop(&mut self) {
+        if let Some(c) = self.cache_dir() {
+            let _ = std::fs::remove_dir_all(c);
+        }
+    }
+}
+
 impl Repo {
     /// A repository in a fresh local directory.
     pub fn local(dir: &Path) -> Repo {
