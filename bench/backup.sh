@@ -56,9 +56,11 @@ make_corpus() {
 S3=http://127.0.0.1:9000
 export AWS_ACCESS_KEY_ID=minioadmin AWS_SECRET_ACCESS_KEY=minioadmin AWS_REGION=us-east-1
 RESULTS=$W/results.jsonl; : >"$RESULTS"
-# ferry and restic keep a local cache of a remote repository's metadata, warmed by the first
-# backup for the second: both in the scratch directory, cold at the start of every run.
+# Every tool keeps a local cache of a repository's metadata, warmed by the first backup for the
+# second: all in the scratch directory, cold at the start of every run, and gone with it (kopia's
+# in ~/.cache had grown to 46 GB over the runs of 2026-11-25/26, borg's to 390 MB).
 export FERRY_CACHE_DIR=$W/cache/ferry RESTIC_CACHE_DIR=$W/cache/restic
+export KOPIA_CACHE_DIRECTORY=$W/cache/kopia BORG_BASE_DIR=$W/cache/borg
 
 inns() { local t=$1; shift; if [ "$t" = s3 ]; then ip netns exec "$NS" "$@"; else "$@"; fi; }
 
