@@ -577,10 +577,9 @@ impl Writer {
 }
 
 /// The reads that fetch every blob wanted, in pack order, neighbours within
-/// [`COALESCE_GAP`] merged into one ranged read of at most [`MAX_READ`].
-fn coalesce(
-    mut by_pack: HashMap<u32, HashMap<Id, (u32, u32, Targets)>>, index: &Index, max_read: u64,
-) -> Vec<Read> {
+/// [`COALESCE_GAP`] merged into one ranged read of at most `max_read` ([`MAX_READ`], or
+/// [`MAX_READ_LOCAL`] from a local store).
+fn coalesce(mut by_pack: ByPack, index: &Index, max_read: u64) -> Vec<Read> {
     let mut packs: Vec<u32> = by_pack.keys().copied().collect();
     packs.sort_unstable();
     let mut reads = Vec::new();
