@@ -10,6 +10,7 @@
 mod aws_credentials;
 mod aws_profile;
 mod azure;
+mod azure_lock;
 pub(crate) mod config;
 mod explained;
 mod gcs;
@@ -336,16 +337,17 @@ impl Store for CloudStore {
     async fn retention(&self, key: &str) -> Result<Option<String>> {
         match &self.flavor {
             Flavor::S3(extra) => extra.retention(key).await,
-            _ => Ok(None),
+            Flavor::Azure(w) => w.retention(key).await,
+            Flavor::Gcs(_) => Ok(None),
         }
     }
 
     async fn lock_new_objects(&self, days: u32, mode: LockMode) -> Result<()> {
         match &self.flavor {
             Flavor::S3(extra) => extra.lock_new_objects(&self.bucket, days, mode).await,
-            _ => Err(Error::Invalid(format!(
-                "{}: Object Lock is S3's; Azure immutability policies and GCS bucket locks are \
-                 set on the container or bucket by its owner",
+            Flavor::Azure(w) => w.lock_new_objects(days, mode).await,
+            Flavor::Gcs(_) => Err(Error::Invalid(format!(
+                "{}: a GCS bucket's retention policy is set on the bucket by its owner",
                 self.url()
             ))),
         }

@@ -3,6 +3,11 @@
 //! locked; `forget` keeps a locked snapshot and says until when; `prune` keeps a locked pack it
 //! would delete and says why; a locked version survives a delete by its version id; the
 //! repository stays whole. Bad lock settings are refused in one line.
+//!
+//! Azure version-level immutability against Azurite, which takes the policy headers but
+//! neither keeps nor enforces them (Azure/Azurite#2648): what can be checked is what ferry
+//! asks of the service, seen on the wire, and that a container whose lock record was
+//! tampered with stops every write.
 
 mod common;
 
@@ -184,4 +189,224 @@ fn lock_settings_that_cannot_hold_are_refused() {
         None,
     );
     fails_with(&out, "no Object Lock");
+}
+
+/// A TCP relay to `to` that keeps every byte the client sent, to read the requests back.
+struct Relay {
+    port: u16,
+    sent: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Relay {
+    fn to(to: std::net::SocketAddr) -> Self {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = sent.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let server = std::net::TcpStream::connect(to).unwrap();
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut s2, &mut c2));
+                let log = log.clone();
+                let (mut client, mut server) = (client, server);
+                std::thread::spawn(move || {
+                    let mut buf = vec![0; 64 << 10];
+                    while let Ok(n @ 1..) = client.read(&mut buf) {
+                        log.lock().unwrap().extend_from_slice(&buf[..n]);
+                        if server.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = server.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Self { port, sent }
+    }
+
+    /// The heads of the requests sent since the last call: request line, then headers.
+    fn take_heads(&self) -> Vec<String> {
+        let bytes = std::mem::take(&mut *self.sent.lock().unwrap());
+        let text = String::from_utf8_lossy(&bytes).to_string();
+        let mut heads = Vec::new();
+        for (i, _) in text.match_indices("HTTP/1.1\r\n") {
+            let start = text[..i].rfind("\r\n").map_or(0, |p| p + 2);
+            let start = ["PUT ", "GET ", "HEAD ", "DELETE ", "POST "]
+                .iter()
+                .filter_map(|m| text[start..i].find(m).map(|p| start + p))
+                .min()
+                .unwrap_or(start);
+            let end = text[i..].find("\r\n\r\n").map_or(text.len(), |p| i + p);
+            heads.push(text[start..end].to_string());
+        }
+        heads
+    }
+}
+
+/// `curl` to Azurite's container `c` with an account SAS: (status, response head).
+fn azurite(endpoint: &str, method: &str, c: &str, query: &str, headers: &[&str]) -> (u16, String) {
+    let sas = common::azurite_sas("rwdlac");
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-i", "-X", method, "-H", "x-ms-version: 2019-12-12"]);
+    if method == "PUT" {
+        cmd.args(["-H", "Content-Length: 0"]);
+    }
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd
+        .arg(format!("{endpoint}/{c}?{query}&{sas}"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, text)
+}
+
+/// Blob commits (a whole blob, or a block list) among request heads.
+fn commits(heads: &[String]) -> Vec<&String> {
+    heads
+        .iter()
+        .filter(|h| h.starts_with("PUT ") && !h.contains("restype=container"))
+        .filter(|h| !h.lines().next().unwrap().contains("comp=block&"))
+        .collect()
+}
+
+#[test]
+fn azure_blobs_carry_the_retention_the_container_records() {
+    let Some(cs) = ferry_testkit::require("AZURE_STORAGE_CONNECTION_STRING") else {
+        return;
+    };
+    let endpoint = cs
+        .split(';')
+        .find_map(|kv| kv.strip_prefix("BlobEndpoint="))
+        .expect("BlobEndpoint in the connection string");
+    let port: u16 = endpoint
+        .trim_start_matches("http://127.0.0.1:")
+        .split('/')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("Azurite on http://127.0.0.1:PORT/");
+    let relay = Relay::to(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    let relayed = cs.replace(&format!(":{port}/"), &format!(":{}/", relay.port));
+    let dir = temp_dir();
+    let container = ferry_testkit::unique("ferry-lock");
+    let repo = format!("az://{container}/repo");
+    let env = [
+        ("FERRY_PASSWORD", "pw"),
+        ("AZURE_STORAGE_CONNECTION_STRING", relayed.as_str()),
+    ];
+    let run = |args: &[&str]| {
+        let mut all = vec!["--repo", repo.as_str()];
+        all.extend_from_slice(args);
+        ferry_env(&all, &env, None)
+    };
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    ferry_testkit::random_file(&src.join("big"), 12 << 20, 7);
+    std::fs::write(src.join("small"), b"x").unwrap();
+
+    // The container exists, with its owner's metadata, which init keeps.
+    let container_q = "restype=container";
+    let made = azurite(
+        endpoint,
+        "PUT",
+        &container,
+        container_q,
+        &["x-ms-meta-team: dba"],
+    );
+    assert_eq!(made.0, 201, "{made:?}");
+    let said = succeeds(&run(&[
+        "init",
+        "--lock-retention",
+        "30d",
+        "--lock-mode",
+        "compliance",
+    ]));
+    assert!(said.contains("locked for 30 days (compliance)"), "{said}");
+    let (_, props) = azurite(endpoint, "GET", &container, container_q, &[]);
+    assert_eq!(
+        header(&props, "x-ms-meta-team").as_deref(),
+        Some("dba"),
+        "{props}"
+    );
+    let init = relay.take_heads();
+    assert!(
+        init.iter().any(|h| h.contains("comp=metadata")
+            && h.to_ascii_lowercase()
+                .contains("x-ms-meta-ferrylockdays: 30")),
+        "the container does not record the lock: {init:#?}"
+    );
+
+    // A later process reads the lock from the container: every blob it commits carries it.
+    succeeds(&run(&["backup", s(&src)]));
+    let heads = [init, relay.take_heads()].concat();
+    let written = commits(&heads);
+    assert!(written.len() >= 5, "{heads:#?}");
+    let now = std::time::SystemTime::now();
+    let month = std::time::Duration::from_secs(30 * 86_400);
+    for h in &written {
+        let until = header(h, "x-ms-immutability-policy-until-date")
+            .unwrap_or_else(|| panic!("a blob committed without the lock: {h}"));
+        let until = httpdate::parse_http_date(&until).unwrap();
+        // Written in the last minutes: held until that long before 30 days from now.
+        let minutes = std::time::Duration::from_secs(600);
+        assert!(
+            until > now + month - minutes && until <= now + month + minutes / 100,
+            "not 30 days from now: {h}"
+        );
+        assert_eq!(
+            header(h, "x-ms-immutability-policy-mode").as_deref(),
+            Some("Locked"),
+            "{h}"
+        );
+    }
+    // A large file went up in blocks, committed by a block list that carries the lock too.
+    assert!(
+        written.iter().any(|h| h.contains("comp=blocklist")),
+        "{written:#?}"
+    );
+
+    // Someone with write access to the container garbles its lock record: writes stop, in
+    // one line, rather than go on unlocked.
+    let garbled = [
+        "x-ms-meta-ferrylockdays: forever",
+        "x-ms-meta-ferrylockmode: Locked",
+    ];
+    let set = azurite(
+        endpoint,
+        "PUT",
+        &container,
+        "restype=container&comp=metadata",
+        &garbled,
+    );
+    assert_eq!(set.0, 200, "{set:?}");
+    std::fs::write(src.join("small"), b"changed").unwrap();
+    let out = run(&["backup", s(&src)]);
+    fails_with(&out, "unreadable lock days");
+    let listed = String::from_utf8_lossy(&run(&["snapshots", "--json"]).stdout).to_string();
+    assert_eq!(listed.matches("\"id\"").count(), 1, "{listed}");
+
+    // A container without a lock record gets no policy on its blobs.
+    let plain = format!("az://{}/repo", ferry_testkit::unique("ferry-nolock"));
+    relay.take_heads();
+    succeeds(&ferry_env(&["--repo", &plain, "init"], &env, None));
+    succeeds(&ferry_env(
+        &["--repo", &plain, "backup", s(&src)],
+        &env,
+        None,
+    ));
+    let heads = relay.take_heads();
+    let written = commits(&heads);
+    assert!(written.len() >= 5, "{heads:#?}");
+    assert!(
+        written.iter().all(|h| !h.contains("immutability")),
+        "{written:#?}"
+    );
 }

@@ -1,6 +1,6 @@
 //! Azure Blob writes with a Content-MD5 on every request, so that the service verifies each
 //! block, and metadata on the block list, so that ferry's digest lands with the commit.
-//! Signing and transport are `object_store`'s; this module only names the three requests.
+//! Signing and transport are `object_store`'s; this module only names the requests.
 
 use base64::prelude::{Engine, BASE64_STANDARD};
 use bytes::Bytes;
@@ -10,8 +10,9 @@ use object_store::azure::{AzureAuthorizer, AzureCredentialProvider};
 use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
 use url::Url;
 
-use super::signed::send;
-use crate::{BlockId, Error, Meta, Result, Upload};
+use super::azure_lock::{self, AzureLock};
+use super::signed::send_for_response;
+use crate::{BlockId, Error, LockMode, Meta, Result, Upload};
 
 /// Writes blobs and blocks to one container.
 #[derive(Debug)]
@@ -25,6 +26,8 @@ pub(super) struct AzureWriter {
     credentials: AzureCredentialProvider,
     /// `x-ms-access-tier` of every blob committed.
     tier: Option<String>,
+    /// The retention the container asks of every blob committed, read once.
+    lock: tokio::sync::OnceCell<Option<AzureLock>>,
 }
 
 /// Block ids must have one length within a blob: a random session tag and a fixed-width index.
@@ -54,6 +57,7 @@ impl AzureWriter {
             container: container.into(),
             credentials,
             tier,
+            lock: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -75,15 +79,26 @@ impl AzureWriter {
     async fn put(
         &self, url: Url, body: Bytes, headers: &[(String, String)], what: &str,
     ) -> Result<()> {
+        self.send(Method::PUT, url, body, headers, what)
+            .await
+            .map(drop)
+    }
+
+    /// Signs and sends one request; the answer's headers on success.
+    async fn send(
+        &self, method: Method, url: Url, body: Bytes, headers: &[(String, String)], what: &str,
+    ) -> Result<http::HeaderMap> {
         let len = body.len();
         let mut req: HttpRequest = http::Request::builder()
-            .method(Method::PUT)
+            .method(method.clone())
             .uri(url.as_str())
             .body(HttpRequestBody::from(body))
             .map_err(|e| Error::Invalid(format!("{what}: {e}")))?;
         let h = req.headers_mut();
         // Content-Length is part of the SharedKey signature: set it before signing.
-        h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+        if method != Method::HEAD {
+            h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+        }
         for (k, v) in headers {
             let name = http::HeaderName::try_from(k.as_str())
                 .map_err(|e| Error::Invalid(format!("header {k}: {e}")))?;
@@ -93,7 +108,82 @@ impl AzureWriter {
         }
         let credential = self.credentials.get_credential().await?;
         AzureAuthorizer::new(&credential, &self.account).try_authorize(&mut req)?;
-        send(&self.http, req, what).await
+        send_for_response(&self.http, req, what)
+            .await
+            .map(|(h, _)| h)
+    }
+
+    /// The container's retention for new blobs, asked once per process.
+    async fn lock(&self) -> Result<Option<AzureLock>> {
+        let ask = || async {
+            let url = self.url(None, &[("restype", "container")]);
+            let what = format!("properties of container {}", self.container);
+            match self.send(Method::HEAD, url, Bytes::new(), &[], &what).await {
+                Ok(h) => AzureLock::from_container(&h, &self.container),
+                // No container yet: nothing written will be locked until init makes one.
+                Err(Error::NotFound(_)) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        self.lock.get_or_try_init(ask).await.copied()
+    }
+
+    /// Records a retention on the container (creating it when missing) for every blob
+    /// written to it from now on.
+    pub(super) async fn lock_new_objects(&self, days: u32, mode: LockMode) -> Result<()> {
+        match self.create_container().await {
+            Ok(()) | Err(Error::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let lock = AzureLock::new(days, mode);
+        // Setting metadata replaces all of it: keep what the container's owner put there.
+        let props = self.url(None, &[("restype", "container")]);
+        let what = format!("properties of container {}", self.container);
+        let had = self
+            .send(Method::HEAD, props, Bytes::new(), &[], &what)
+            .await?;
+        let mut metadata: Vec<(String, String)> = had
+            .iter()
+            .filter(|(k, _)| k.as_str().starts_with("x-ms-meta-"))
+            .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
+            .collect();
+        metadata.retain(|(k, _)| !lock.metadata().iter().any(|(ours, _)| ours == k));
+        metadata.extend(lock.metadata());
+        let url = self.url(None, &[("restype", "container"), ("comp", "metadata")]);
+        let what = format!("set the lock on container {}", self.container);
+        self.put(url, Bytes::new(), &metadata, &what).await?;
+        // This process writes the repository's first files next: locked, too.
+        let _ = self.lock.set(Some(lock));
+        Ok(())
+    }
+
+    /// Why `key` may not be deleted now: its immutability policy or legal hold.
+    pub(super) async fn retention(&self, key: &str) -> Result<Option<String>> {
+        let what = format!("properties of {key}");
+        let h = match self
+            .send(
+                Method::HEAD,
+                self.url(Some(key), &[]),
+                Bytes::new(),
+                &[],
+                &what,
+            )
+            .await
+        {
+            Err(Error::NotFound(_)) => return Ok(None),
+            r => r?,
+        };
+        azure_lock::retention(&h, key, std::time::SystemTime::now())
+    }
+
+    /// What a committed blob carries: its metadata, the access tier and the container's
+    /// retention.
+    async fn commit_headers(&self, meta: &Meta) -> Result<Vec<(String, String)>> {
+        let mut h = self.meta_headers(meta);
+        if let Some(lock) = self.lock().await? {
+            h.extend(lock.policy_headers(std::time::SystemTime::now()));
+        }
+        Ok(h)
     }
 
     /// Metadata and the access tier: what a committed blob carries.
@@ -109,7 +199,7 @@ impl AzureWriter {
     }
 
     pub(super) async fn put_blob(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()> {
-        let mut h = self.meta_headers(meta);
+        let mut h = self.commit_headers(meta).await?;
         h.push(("x-ms-blob-type".into(), "BlockBlob".into()));
         h.push(("content-md5".into(), md5_b64(&data)));
         self.put(self.url(Some(key), &[]), data, &h, &format!("put {key}"))
@@ -135,7 +225,7 @@ impl AzureWriter {
             xml.push_str("</Latest>");
         }
         xml.push_str("</BlockList>");
-        let mut h = self.meta_headers(meta);
+        let mut h = self.commit_headers(meta).await?;
         h.push(("content-md5".into(), md5_b64(xml.as_bytes())));
         let url = self.url(Some(&up.key), &[("comp", "blocklist")]);
         self.put(url, Bytes::from(xml), &h, &format!("commit {}", up.key))
