@@ -217,20 +217,41 @@ impl Store for CloudStore {
             ..Default::default()
         };
         let r = self.inner.get_opts(&path(key)?, opts).await?;
-        let meta = r
-            .attributes
-            .iter()
-            .filter_map(|(k, v)| match k {
-                Attribute::Metadata(k) => Some((k.to_string(), v.to_string())),
-                _ => None,
-            })
-            .collect();
-        Ok(ObjectInfo {
-            key: key.into(),
-            size: r.meta.size,
-            etag: unquote(r.meta.e_tag),
-            meta,
-        })
+        Ok(info_of(key, &r))
+    }
+
+    async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
+        if let Flavor::S3(extra) = &self.flavor {
+            return extra.head_and_read(key, len).await;
+        }
+        let opts = GetOptions {
+            range: Some((0..len.max(1)).into()),
+            ..Default::default()
+        };
+        let r = match self.inner.get_opts(&path(key)?, opts).await {
+            Ok(r) => r,
+            Err(
+                e @ (object_store::Error::NotFound { .. }
+                | object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }),
+            ) => return Err(e.into()),
+            // An empty object has no first byte to give (416): ask what it is.
+            Err(_) => {
+                let info = self.head(key).await?;
+                let data = self.get_range(key, 0..len.min(info.size)).await?;
+                return Ok((info, data));
+            }
+        };
+        let info = info_of(key, &r);
+        let data = r.bytes().await?;
+        if data.len() as u64 != len.min(info.size) {
+            return Err(Error::Transient(format!(
+                "short read of {key}: {} of {} bytes",
+                data.len(),
+                len.min(info.size)
+            )));
+        }
+        Ok((info, data))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
@@ -374,6 +395,24 @@ impl Store for CloudStore {
                 r => Ok(r?),
             },
         }
+    }
+}
+
+/// What a GET or HEAD answer of `object_store` says of an object.
+fn info_of(key: &str, r: &object_store::GetResult) -> ObjectInfo {
+    let meta = r
+        .attributes
+        .iter()
+        .filter_map(|(k, v)| match k {
+            Attribute::Metadata(k) => Some((k.to_string(), v.to_string())),
+            _ => None,
+        })
+        .collect();
+    ObjectInfo {
+        key: key.into(),
+        size: r.meta.size,
+        etag: unquote(r.meta.e_tag.clone()),
+        meta,
     }
 }
 

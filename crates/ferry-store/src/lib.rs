@@ -149,6 +149,14 @@ pub trait Store: Send + Sync + fmt::Debug {
     }
     /// Size, etag and metadata of one object.
     async fn head(&self, key: &str) -> Result<ObjectInfo>;
+    /// [`Store::head`] with the object's first `len` bytes (all of it when shorter): a
+    /// download's first block comes with what the object is, one round trip instead of two.
+    /// Stores that can answer in one request override this.
+    async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
+        let info = self.head(key).await?;
+        let data = self.get_range(key, 0..len.min(info.size)).await?;
+        Ok((info, data))
+    }
     /// Every object under `prefix`, recursively, sorted by key.
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
     /// Deletes an object; deleting a missing object is not an error.

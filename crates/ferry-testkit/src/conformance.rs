@@ -73,6 +73,27 @@ pub async fn suite(store: &dyn Store, dir: &str) {
         .unwrap();
     assert!(got == data, "block upload corrupted");
 
+    // An object's description with its first bytes: what head says, and those bytes, for a
+    // short object (all of it), a long one (the bytes asked for) and an empty one.
+    for (name, len, want) in [
+        ("a", 4096, small.clone()),
+        ("big", 1000, data.slice(..1000)),
+        ("empty", 4096, Bytes::new()),
+    ] {
+        let (info, first) = store.head_and_read(&k(name), len).await.unwrap();
+        let head = store.head(&k(name)).await.unwrap();
+        assert_eq!(
+            (info.size, &info.etag, &info.meta),
+            (head.size, &head.etag, &head.meta),
+            "{name}"
+        );
+        assert!(first == want, "{name}: {} bytes", first.len());
+    }
+    assert!(matches!(
+        store.head_and_read(&k("missing"), 10).await,
+        Err(Error::NotFound(_))
+    ));
+
     // An aborted session leaves nothing.
     let up = store.start_upload(&k("aborted"), &meta).await.unwrap();
     store

@@ -1,7 +1,9 @@
 //! Store-to-store copy of one object; local files are stores too, so this is also upload and
 //! download to and from disk.
 
-use bytes::Bytes;
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
 use ferry_store::{BlockId, Error, Meta, ObjectInfo, Result, Upload, META_BLOCKS, META_DIGEST};
 use futures::{StreamExt, TryStreamExt};
 
@@ -11,6 +13,14 @@ use crate::{sum_of, BlockPlan, Class, Engine, Progress, SharedStore, ABORT_TIMEO
 /// Leftovers of a completed upload deleted at once: one request each, about 200 for 1 GiB
 /// on GCS, and on an 80 ms link one after another they took longer than the upload's blocks.
 const LEFTOVER_DELETES: usize = 16;
+
+/// Blocks read from local disk and hashed while they wait for a slot: one is ready whenever
+/// a request ends (reading and hashing 5 MiB takes tens of milliseconds, a request on a WAN
+/// most of a second), and the memory they hold stays small beside the requests in flight.
+const READ_AHEAD: usize = 4;
+/// Bytes read from a remote store with an object's description: objects this small come
+/// in one request; waiting for them delays a large download by 16 ms at 8 MB/s.
+const FIRST_READ: u64 = 128 << 10;
 
 /// The digest an object's reader can check, if the source vouches for one under `plan`.
 pub(crate) fn expected_digest(
@@ -38,9 +48,8 @@ impl Engine {
         &self, src: &SharedStore, src_key: &str, dst: &SharedStore, dst_key: &str, class: Class,
         progress: &dyn Progress,
     ) -> Result<u64> {
-        let info = self
-            .retry(&format!("head {src_key}"), 0, || src.head(src_key))
-            .await?;
+        let (info, first) = self.describe(src, src_key, class).await?;
+        let first = &first;
         let size = info.size;
         progress.add_total(size);
         let plan = match BlockPlan::recorded(&info) {
@@ -52,18 +61,13 @@ impl Engine {
         let blocks = plan.blocks(size);
 
         if blocks.len() <= 1 {
-            // Memory first: a slot is held only by a request that can go at once, so the
-            // tuner's count of requests in flight is of requests moving bytes.
+            // Memory first: a slot is held only by a request that can go at once, and only
+            // while it is on the wire.
             let _mem = self.sched.reserve(size).await;
-            let _slot = self.sched.slot(class).await;
             let what = format!("read {src_key}");
-            let data = match size {
-                0 => Bytes::new(),
-                _ => {
-                    self.retry(&what, size, || src.get_range(src_key, 0..size))
-                        .await?
-                }
-            };
+            let data = self
+                .read_after(src, src_key, class, first, 0..size, &what)
+                .await?;
             let need = Need::for_copy(expect.as_deref(), dst.digest_kind());
             let sums = [sum_of(&data, need).await];
             check(expect.as_deref(), &sums, true, src_key)?;
@@ -72,8 +76,10 @@ impl Engine {
                 .and_then(|k| digest::compose(k, &sums, true));
             let meta = meta_with(plan, got.as_deref());
             let what = format!("write {dst_key}");
-            self.retry(&what, size, || dst.put(dst_key, data.clone(), &meta))
-                .await?;
+            self.request_to(dst, class, &what, size, || {
+                dst.put(dst_key, data.clone(), &meta)
+            })
+            .await?;
             self.sched.record(size);
             progress.advance(size);
             self.finished(size, plan, expect.is_some());
@@ -82,12 +88,11 @@ impl Engine {
 
         let read = |i: usize, off: u64, len: u64| async move {
             let mem = self.sched.reserve(len).await;
-            let slot = self.sched.slot(class).await;
             let what = format!("read {src_key} block {i}");
             let data = self
-                .retry(&what, len, || src.get_range(src_key, off..off + len))
+                .read_after(src, src_key, class, first, off..off + len, &what)
                 .await?;
-            Ok((data, (slot, mem)))
+            Ok((data, mem))
         };
         self.upload_blocks(
             dst,
@@ -96,7 +101,9 @@ impl Engine {
             size,
             expect.as_deref(),
             src_key,
+            class,
             progress,
+            src.is_local().then_some(READ_AHEAD),
             read,
         )
         .await?;
@@ -104,13 +111,60 @@ impl Engine {
         Ok(size)
     }
 
+    /// What `key` of `src` is, with its first bytes when the store is remote: a small object
+    /// comes whole in the request that describes it, and a large one's first block starts
+    /// there (a HEAD, then a GET, would be two round trips).
+    pub(crate) async fn describe(
+        &self, src: &SharedStore, key: &str, class: Class,
+    ) -> Result<(ObjectInfo, Bytes)> {
+        let what = format!("head {key}");
+        if src.is_local() {
+            let info = self.retry(&what, 0, || src.head(key)).await?;
+            return Ok((info, Bytes::new()));
+        }
+        let _mem = self.sched.reserve(FIRST_READ).await;
+        self.request_to(src, class, &what, FIRST_READ, || {
+            src.head_and_read(key, FIRST_READ)
+        })
+        .await
+    }
+
+    /// `range` of `key`, asking the store only for what `first`, the object's first bytes,
+    /// does not hold.
+    pub(crate) async fn read_after(
+        &self, src: &SharedStore, key: &str, class: Class, first: &Bytes, range: Range<u64>,
+        what: &str,
+    ) -> Result<Bytes> {
+        let held = (first.len() as u64).clamp(range.start, range.end);
+        if held == range.end {
+            return Ok(first.slice(range.start as usize..range.end as usize));
+        }
+        let rest = self
+            .request_to(src, class, what, range.end - held, || {
+                src.get_range(key, held..range.end)
+            })
+            .await?;
+        if held == range.start {
+            return Ok(rest);
+        }
+        let mut whole = BytesMut::with_capacity((range.end - range.start) as usize);
+        whole.extend_from_slice(&first[range.start as usize..held as usize]);
+        whole.extend_from_slice(&rest);
+        Ok(whole.freeze())
+    }
+
     /// Writes the blocks of `plan` for `size` bytes to `dst_key` as one upload, each got from
-    /// `block(i, offset, len)` with whatever must live while it is sent (a slot, memory),
-    /// then commits it, checked against `expect`, the digest of `src_name`; aborts on failure.
+    /// `block(i, offset, len)` with whatever must live while it is sent (its memory), then
+    /// commits it, checked against `expect`, the digest of `src_name`; aborts on failure.
+    ///
+    /// A block is got and hashed before its request takes a slot, so that a slot is a request
+    /// on the wire. `ahead` bounds the blocks got and waiting for a slot, for a `block` that
+    /// reads without a request of its own (local disk): else they would fill the whole memory
+    /// budget while the link drains them at its pace.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn upload_blocks<F, Fut, G>(
         &self, dst: &SharedStore, dst_key: &str, plan: BlockPlan, size: u64, expect: Option<&str>,
-        src_name: &str, progress: &dyn Progress, block: F,
+        src_name: &str, class: Class, progress: &dyn Progress, ahead: Option<usize>, block: F,
     ) -> Result<()>
     where
         F: Fn(usize, u64, u64) -> Fut,
@@ -125,10 +179,21 @@ impl Engine {
         let up = &up;
         let need = Need::for_copy(expect, dst.digest_kind());
         let block = &block;
+        let ahead = ahead.map(tokio::sync::Semaphore::new);
+        let ahead = &ahead;
         let sent = futures::stream::iter(blocks.iter().copied().enumerate())
             .map(|(i, (off, len))| async move {
+                let waiting = match ahead {
+                    Some(s) => Some(s.acquire().await.expect("never closed")),
+                    None => None,
+                };
                 let (data, _held) = block(i, off, len).await?;
                 let sum = sum_of(&data, need).await;
+                let _slot = match dst.is_local() {
+                    true => None,
+                    false => Some(self.sched.slot(class).await),
+                };
+                drop(waiting);
                 let what = format!("write {dst_key} block {i}");
                 let id = self
                     .retry(&what, len, || dst.put_block(up, i, off, data.clone()))

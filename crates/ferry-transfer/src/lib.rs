@@ -163,6 +163,22 @@ impl Engine {
         self.retry(what, bytes, op).await
     }
 
+    /// [`Engine::request`] to `store`, holding a slot only when the store is remote: a
+    /// slot counts requests on the wire, so that the tuner sees the link, and reading or
+    /// writing local disk, hashing or waiting for memory never holds one.
+    pub(crate) async fn request_to<T, F, Fut>(
+        &self, store: &SharedStore, class: Class, what: &str, bytes: u64, op: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        if store.is_local() {
+            return self.retry(what, bytes, op).await;
+        }
+        self.request(class, what, bytes, op).await
+    }
+
     /// Runs one request in `class` once: for a call that is not safe to repeat.
     pub(crate) async fn request_once<T>(
         &self, class: Class, op: impl std::future::Future<Output = Result<T>>,

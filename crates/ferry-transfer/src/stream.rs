@@ -135,10 +135,21 @@ impl Engine {
         } else {
             let slice = |_: usize, off: u64, len: u64| {
                 let block = data.slice(off as usize..(off + len) as usize);
-                async move { Ok((block, self.sched.slot(class).await)) }
+                async move { Ok((block, ())) }
             };
-            self.upload_blocks(dst, key, plan, size, None, key, &NoProgress, slice)
-                .await?;
+            self.upload_blocks(
+                dst,
+                key,
+                plan,
+                size,
+                None,
+                key,
+                class,
+                &NoProgress,
+                None,
+                slice,
+            )
+            .await?;
         }
         self.finished(size, plan, false);
         Ok(size)
@@ -153,8 +164,8 @@ impl Engine {
             .digest_kind()
             .and_then(|k| digest::compose(k, &sums, true));
         let meta = meta_with(plan, got.as_deref());
-        let _slot = self.sched.slot(class).await;
-        self.retry(&format!("write {key}"), data.len() as u64, || {
+        let what = format!("write {key}");
+        self.request_to(dst, class, &what, data.len() as u64, || {
             dst.put(key, data.clone(), &meta)
         })
         .await
@@ -167,10 +178,11 @@ impl Engine {
     ) -> Result<(usize, ferry_store::BlockId, BlockSum)> {
         let len = data.len() as u64;
         let sum = sum_of(&data, Need::for_copy(None, dst.digest_kind())).await;
-        let _slot = self.sched.slot(class).await;
         let what = format!("write {} block {idx}", up.key);
         let id = self
-            .retry(&what, len, || dst.put_block(&up, idx, off, data.clone()))
+            .request_to(&dst, class, &what, len, || {
+                dst.put_block(&up, idx, off, data.clone())
+            })
             .await?;
         self.sched.record(len);
         progress.advance(len);
@@ -184,9 +196,8 @@ impl Engine {
         &self, src: &SharedStore, key: &str, mut writer: W, class: Class, progress: &dyn Progress,
         max: u64,
     ) -> Result<u64> {
-        let info = self
-            .retry(&format!("head {key}"), 0, || src.head(key))
-            .await?;
+        let (info, first) = self.describe(src, key, class).await?;
+        let first = &first;
         if info.size > max {
             return Err(Error::Checksum(format!(
                 "{key}: {} bytes, more than the {max} it can hold (damaged or planted)",
@@ -210,11 +221,9 @@ impl Engine {
         let mut fetched = futures::stream::iter(blocks)
             .map(|(off, len)| async move {
                 let mem = self.sched.reserve(len).await;
-                let _slot = self.sched.slot(class).await;
+                let what = format!("read {key}");
                 let data = self
-                    .retry(&format!("read {key}"), len, || {
-                        src.get_range(key, off..off + len)
-                    })
+                    .read_after(src, key, class, first, off..off + len, &what)
                     .await?;
                 self.sched.record(len);
                 // Hashed here, in parallel, rather than in the ordered writing loop below.
