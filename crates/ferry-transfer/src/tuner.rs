@@ -204,6 +204,9 @@ impl Tuner {
             let lasts = in_flight * elapsed.as_secs_f64() / finished as f64;
             self.window =
                 Duration::from_secs_f64(lasts * REQUESTS_PER_WINDOW).clamp(MIN_WINDOW, WINDOW);
+        } else {
+            // None finished: requests are long now, whatever they were.
+            self.window = WINDOW;
         }
         let block = match self.typical {
             0 => r.block,

@@ -122,6 +122,13 @@ impl AzureWriter {
                 Ok(h) => AzureLock::from_container(&h, &self.container),
                 // No container yet: nothing written will be locked until init makes one.
                 Err(Error::NotFound(_)) => Ok(None),
+                // A container-scoped SAS may not read the container's properties: its
+                // writes go on, carrying whatever default policy the owner set in Azure.
+                Err(Error::Denied(e)) => {
+                    tracing::warn!(container = %self.container, error = %e,
+                        "cannot read the container's lock record with this credential");
+                    Ok(None)
+                }
                 Err(e) => Err(e),
             }
         };
@@ -142,6 +149,19 @@ impl AzureWriter {
         let had = self
             .send(Method::HEAD, props, Bytes::new(), &[], &what)
             .await?;
+        // Azure refuses policies on a container without version-level immutability, but only
+        // at the first write; say it here. (Azurite does not send the header at all.)
+        let support = "x-ms-immutable-storage-with-versioning-enabled";
+        if had
+            .get(support)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"false"))
+        {
+            return Err(Error::Invalid(format!(
+                "container {}: version-level immutability support is not enabled on it (its \
+                 owner enables it in Azure, on the container or the account)",
+                self.container
+            )));
+        }
         let mut metadata: Vec<(String, String)> = had
             .iter()
             .filter(|(k, _)| k.as_str().starts_with("x-ms-meta-"))

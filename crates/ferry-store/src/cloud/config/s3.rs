@@ -46,32 +46,6 @@ pub struct S3Config {
     pub sse_c_key: Option<String>,
 }
 
-fn header<'a>(h: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
-    h.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// An object's size, etag and metadata from the headers of a HEAD or GET of it.
-fn info(key: &str, h: &http::HeaderMap, size: u64) -> crate::ObjectInfo {
-    let encrypted = header(h, "x-amz-server-side-encryption")
-        .is_some_and(|v| v.starts_with("aws:kms"))
-        || header(h, "x-amz-server-side-encryption-customer-algorithm").is_some();
-    let meta = h
-        .iter()
-        .filter_map(|(k, v)| {
-            let k = k.as_str().strip_prefix("x-amz-meta-")?;
-            Some((k.to_string(), v.to_str().ok()?.to_string()))
-        })
-        .collect();
-    crate::ObjectInfo {
-        key: key.into(),
-        size,
-        etag: header(h, "etag")
-            .map(|e| e.trim_matches('"').to_string())
-            .filter(|_| !encrypted),
-        meta,
-    }
-}
-
 /// The three headers of SSE-C, for the requests ferry signs itself.
 fn sse_c_headers(key_b64: &str) -> [(&'static str, String); 3] {
     use base64::prelude::{Engine, BASE64_STANDARD};
@@ -296,94 +270,64 @@ impl S3Extra {
             .map_err(Error::from)
     }
 
-    /// HEAD of `key`, or a GET of its first `len` bytes: the answer's headers and body.
-    /// Signed here rather than by `object_store`, whose answer drops the headers that say how
-    /// the object is encrypted: under SSE-KMS or SSE-C (asked for, or the bucket's default)
-    /// the ETag is not the content's MD5 and is left out.
-    async fn object_request(
-        &self, key: &str, first: Option<u64>,
-    ) -> Result<(http::HeaderMap, bytes::Bytes)> {
+    /// HEAD of `key`, signed here rather than by `object_store`, whose answer drops the
+    /// headers that say how the object is encrypted: under SSE-KMS or SSE-C (asked for, or the
+    /// bucket's default) the ETag is not the content's MD5 and is left out.
+    async fn head_headers(&self, key: &str) -> Result<http::HeaderMap> {
         let mut url = url::Url::parse(&self.bucket_url)
             .map_err(|e| Error::Invalid(format!("bucket URL: {e}")))?;
         url.path_segments_mut()
             .map_err(|()| Error::Invalid("bucket URL".into()))?
             .pop_if_empty()
             .extend(key.split('/'));
-        let method = match first {
-            Some(_) => http::Method::GET,
-            None => http::Method::HEAD,
-        };
         let mut req = http::Request::builder()
-            .method(method)
+            .method(http::Method::HEAD)
             .uri(url.as_str())
             .body(HttpRequestBody::empty())
             .map_err(|e| Error::Invalid(format!("head {key}: {e}")))?;
-        let h = req.headers_mut();
-        if let Some(len) = first {
-            let range = format!("bytes=0-{}", len.max(1) - 1);
-            h.insert(
-                http::header::RANGE,
-                http::HeaderValue::from_str(&range).expect("digits"),
-            );
-        }
         if let Some(k) = &self.sse_c_key {
+            let h = req.headers_mut();
             for (name, value) in sse_c_headers(k) {
                 h.insert(name, http::HeaderValue::from_str(&value).expect("base64"));
             }
         }
         self.sign(&mut req).await?;
         let what = format!("head {key}");
-        match crate::cloud::signed::send_for_response(&self.http, req, &what).await {
+        let (h, _) = match crate::cloud::signed::send_for_response(&self.http, req, &what).await {
             // A HEAD has no body to say why; SSE-C without the key is the usual reason.
             Err(Error::Permanent(m)) if m.contains("400") && self.sse_c_key.is_none() => {
-                Err(Error::Permanent(format!(
+                return Err(Error::Permanent(format!(
                     "{m} (an object encrypted with SSE-C is read with its key: --sse-c-key-file)"
                 )))
             }
-            r => r,
-        }
-    }
-
-    async fn head_headers(&self, key: &str) -> Result<http::HeaderMap> {
-        self.object_request(key, None).await.map(|(h, _)| h)
+            r => r?,
+        };
+        Ok(h)
     }
 
     pub(in crate::cloud) async fn head(&self, key: &str) -> Result<crate::ObjectInfo> {
         let h = self.head_headers(key).await?;
-        let size = header(&h, "content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        Ok(info(key, &h, size))
-    }
-
-    /// What `head` says of `key`, with its first `len` bytes, in one GET.
-    pub(in crate::cloud) async fn head_and_read(
-        &self, key: &str, len: u64,
-    ) -> Result<(crate::ObjectInfo, bytes::Bytes)> {
-        let (h, body) = match self.object_request(key, Some(len)).await {
-            // An empty object has no first byte to give.
-            Err(Error::Permanent(m)) if m.contains(" 416 ") => {
-                return Ok((self.head(key).await?, bytes::Bytes::new()))
-            }
-            r => r?,
-        };
-        // "bytes 0-N/TOTAL"; a server that ignores the range answers the whole object.
-        let size = match header(&h, "content-range") {
-            Some(r) => r
-                .rsplit('/')
-                .next()
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(|| Error::Permanent(format!("{key}: Content-Range '{r}'")))?,
-            None => body.len() as u64,
-        };
-        if body.len() as u64 != len.min(size) {
-            return Err(Error::Transient(format!(
-                "short read of {key}: {} of {} bytes",
-                body.len(),
-                len.min(size)
-            )));
-        }
-        Ok((info(key, &h, size), body))
+        let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+        let encrypted = text("x-amz-server-side-encryption")
+            .is_some_and(|v| v.starts_with("aws:kms"))
+            || text("x-amz-server-side-encryption-customer-algorithm").is_some();
+        let meta = h
+            .iter()
+            .filter_map(|(k, v)| {
+                let k = k.as_str().strip_prefix("x-amz-meta-")?;
+                Some((k.to_string(), v.to_str().ok()?.to_string()))
+            })
+            .collect();
+        Ok(crate::ObjectInfo {
+            key: key.into(),
+            size: text("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            etag: text("etag")
+                .map(|e| e.trim_matches('"').to_string())
+                .filter(|_| !encrypted),
+            meta,
+        })
     }
 
     /// Keys of multipart uploads started and neither completed nor aborted.
