@@ -28,6 +28,8 @@ pub(super) struct AzureWriter {
     tier: Option<String>,
     /// The retention the container asks of every blob committed, read once.
     lock: tokio::sync::OnceCell<Option<AzureLock>>,
+    /// The credential could not read the container's lock record; not yet said.
+    unread: std::sync::atomic::AtomicBool,
 }
 
 /// Block ids must have one length within a blob: a random session tag and a fixed-width index.
@@ -58,6 +60,7 @@ impl AzureWriter {
             credentials,
             tier,
             lock: tokio::sync::OnceCell::new(),
+            unread: Default::default(),
         })
     }
 
@@ -124,9 +127,11 @@ impl AzureWriter {
                 Err(Error::NotFound(_)) => Ok(None),
                 // A container-scoped SAS may not read the container's properties: its
                 // writes go on, carrying whatever default policy the owner set in Azure.
-                Err(Error::Denied(e)) => {
-                    tracing::warn!(container = %self.container, error = %e,
-                        "cannot read the container's lock record with this credential");
+                // Said once a write has gone through: with a wrong key the write's own
+                // refusal is the one line to show.
+                Err(Error::Denied(_)) => {
+                    self.unread
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                     Ok(None)
                 }
                 Err(e) => Err(e),
@@ -196,6 +201,18 @@ impl AzureWriter {
         azure_lock::retention(&h, key, std::time::SystemTime::now())
     }
 
+    /// After a commit: says once that its blobs went without the container's lock record.
+    fn said_unread(&self) {
+        if self
+            .unread
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(container = %self.container,
+                "this credential cannot read the container's properties: blobs are written \
+                 without ferry's lock record (a policy the owner set in Azure still applies)");
+        }
+    }
+
     /// What a committed blob carries: its metadata, the access tier and the container's
     /// retention.
     async fn commit_headers(&self, meta: &Meta) -> Result<Vec<(String, String)>> {
@@ -223,7 +240,9 @@ impl AzureWriter {
         h.push(("x-ms-blob-type".into(), "BlockBlob".into()));
         h.push(("content-md5".into(), md5_b64(&data)));
         self.put(self.url(Some(key), &[]), data, &h, &format!("put {key}"))
-            .await
+            .await?;
+        self.said_unread();
+        Ok(())
     }
 
     pub(super) async fn put_block(&self, up: &Upload, idx: usize, data: Bytes) -> Result<BlockId> {
@@ -249,7 +268,9 @@ impl AzureWriter {
         h.push(("content-md5".into(), md5_b64(xml.as_bytes())));
         let url = self.url(Some(&up.key), &[("comp", "blocklist")]);
         self.put(url, Bytes::from(xml), &h, &format!("commit {}", up.key))
-            .await
+            .await?;
+        self.said_unread();
+        Ok(())
     }
 
     pub(super) async fn create_container(&self) -> Result<()> {
