@@ -116,12 +116,17 @@ impl AzureWriter {
             .map(|(h, _)| h)
     }
 
+    /// The container's properties: its metadata among them.
+    async fn container_properties(&self) -> Result<http::HeaderMap> {
+        let url = self.url(None, &[("restype", "container")]);
+        let what = format!("properties of container {}", self.container);
+        self.send(Method::HEAD, url, Bytes::new(), &[], &what).await
+    }
+
     /// The container's retention for new blobs, asked once per process.
     async fn lock(&self) -> Result<Option<AzureLock>> {
         let ask = || async {
-            let url = self.url(None, &[("restype", "container")]);
-            let what = format!("properties of container {}", self.container);
-            match self.send(Method::HEAD, url, Bytes::new(), &[], &what).await {
+            match self.container_properties().await {
                 Ok(h) => AzureLock::from_container(&h, &self.container),
                 // No container yet: nothing written will be locked until init makes one.
                 Err(Error::NotFound(_)) => Ok(None),
@@ -149,11 +154,7 @@ impl AzureWriter {
         }
         let lock = AzureLock::new(days, mode);
         // Setting metadata replaces all of it: keep what the container's owner put there.
-        let props = self.url(None, &[("restype", "container")]);
-        let what = format!("properties of container {}", self.container);
-        let had = self
-            .send(Method::HEAD, props, Bytes::new(), &[], &what)
-            .await?;
+        let had = self.container_properties().await?;
         // Azure refuses policies on a container without version-level immutability, but only
         // at the first write; say it here. (Azurite does not send the header at all.)
         let support = "x-ms-immutable-storage-with-versioning-enabled";
