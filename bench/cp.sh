@@ -5,7 +5,8 @@
 #   PROFILES="wan slow lfp lossy drop asym" TESTS=big bench/cp.sh   # every link, one table each
 # Env: PROFILE / RTT_MS / CONN_MBPS / AGG_MBPS (link), SIZE (big file; 1G, or less on the slow
 # profiles), FILES and FILE_KB (small files), STREAM (stdin upload; 0 skips), FERRY (default
-# target/release/ferry), RCLONE, TESTS (subset of: big small stream), LINK_SECS (0: skip link
+# target/release/ferry), RCLONE, TESTS (subset of: big small stream wal; wal: SIZE of 16 MiB WAL
+# segments through wal-push as PostgreSQL's archiver calls it), LINK_SECS (0: skip link
 # measurement), REPEAT (runs of each tool, taking turns; the table shows medians; default 3),
 # GCS=1 (the big test also runs ferry-gcs and rclone-gcs: gs:// on fake-gcs-server, an emulator,
 # through the same link: toxiproxy :9002 -> :9200).
@@ -227,7 +228,38 @@ stream)
   fi
   TIMED=$W/time.pipe run up-stream rclone up "$STREAM" 1 bash -c "$pipe" "$STREAM" "$W/time.pipe" "$RCLONE" rcat b:bench/stream || true
   clean ;;
-*) echo "unknown test $t (big small stream)" >&2; exit 2 ;;
+wal)
+  # A WAL bulk load: SIZE of 16 MiB segments waiting in pg_wal, pushed as PostgreSQL's archiver
+  # does (one `wal-push %p` after the other, each marked done when it returns; the agent that
+  # the first one starts pushes the rest ahead). Beside it, the same files by `ferry cp -r` and
+  # rclone: what the engine and a generic copier do with them.
+  segs=$(( SIZE >> 24 > 4 ? SIZE >> 24 : 4 )) bytes=$(( (SIZE >> 24 > 4 ? SIZE >> 24 : 4) << 24 ))
+  echo "wal: $segs segments of 16 MiB (random, behind valid headers), $REPEAT rounds" >&2
+  bench/wal/segments.py "$W/pg_wal" "$segs" >"$W/segments"
+  mkdir -p "$W/segs"; while read -r f; do ln "$W/pg_wal/$f" "$W/segs/$f"; done <"$W/segments"  # without archive_status
+  # $0 pg_wal, $1 ferry, $2 spool, $3 archive, $4 list of segments
+  archiver='while read -r f; do "$1" -q wal-push --spool "$2" --repo "$3" "$0/$f" || exit 1
+    mv "$0/archive_status/$f.ready" "$0/archive_status/$f.done"; done <"$4"'
+  for _ in $(seq "$REPEAT"); do
+    if [ $HAVE_FERRY = 1 ]; then
+      run up-wal ferry-wal-push up "$bytes" "$segs" bash -c "$archiver" "$W/pg_wal" "$FERRY" "$W/spool" \
+        s3://bench/wal "$W/segments" || true
+      # The agent exits within a poll once its spool is gone.
+      rm -rf "$W/spool"; for f in "$W/pg_wal/archive_status/"*.done; do mv "$f" "${f%.done}.ready"; done
+      got=$(nsx "$RCLONE" lsf b:bench/wal/wal/0000000100000000 | wc -l)
+      [ "$got" = "$segs" ] || bad "the archive holds $got segments of $segs"
+      clean
+      run up-wal ferry up "$bytes" "$segs" "$FERRY" cp --json -r "$W/segs" s3://bench/walcp || true
+      clean
+    fi
+    run up-wal rclone up "$bytes" "$segs" "$RCLONE" copy "$W/segs" b:bench/walcp/ || true
+    clean
+    # shellcheck disable=SC2086
+    run up-wal rclone-tuned up "$bytes" "$segs" "$RCLONE" copy $TUNED_SMALL "$W/segs" b:bench/walcp/ || true
+    clean
+  done
+  rm -rf "$W/pg_wal" "$W/segs" "$W/segments" ;;
+*) echo "unknown test $t (big small stream wal)" >&2; exit 2 ;;
 esac; done
 
 report
