@@ -244,10 +244,12 @@ wal)
     if [ $HAVE_FERRY = 1 ]; then
       run up-wal ferry-wal-push up "$bytes" "$segs" bash -c "$archiver" "$W/pg_wal" "$FERRY" "$W/spool" \
         s3://bench/wal "$W/segments" || true
-      # The agent exits within a poll once its spool is gone.
-      rm -rf "$W/spool"; for f in "$W/pg_wal/archive_status/"*.done; do mv "$f" "${f%.done}.ready"; done
-      got=$(nsx "$RCLONE" lsf b:bench/wal/wal/0000000100000000 | wc -l)
-      [ "$got" = "$segs" ] || bad "the archive holds $got segments of $segs"
+      # Without its spool's out/ the agent exits; its lock says when (flock, as ferry's own).
+      rm -rf "$W/spool/out"; timeout 60 flock "$W/spool/push.lock" true || :
+      cp "$W/spool/agent.log" "$W/up-wal.agent.log" 2>/dev/null || :; rm -rf "$W/spool"
+      for f in "$W/pg_wal/archive_status/"*.done; do [ -e "$f" ] || continue; mv "$f" "${f%.done}.ready"; done
+      got=$(nsx "$RCLONE" lsf -R --files-only b:bench/wal/wal 2>/dev/null | grep -c '^000000010000' || :)
+      [ "$got" = "$segs" ] || bad "the archive holds ${got:-0} segments of $segs"
       clean
       run up-wal ferry up "$bytes" "$segs" "$FERRY" cp --json -r "$W/segs" s3://bench/walcp || true
       clean
