@@ -233,7 +233,7 @@ wal)
   # does (one `wal-push %p` after the other, each marked done when it returns; the agent that
   # the first one starts pushes the rest ahead). Beside it, the same files by `ferry cp -r` and
   # rclone: what the engine and a generic copier do with them.
-  segs=$(( SIZE >> 24 > 4 ? SIZE >> 24 : 4 )) bytes=$(( (SIZE >> 24 > 4 ? SIZE >> 24 : 4) << 24 ))
+  segs=$(( SIZE >> 24 > 4 ? SIZE >> 24 : 4 )); bytes=$(( segs << 24 ))
   echo "wal: $segs segments of 16 MiB (random, behind valid headers), $REPEAT rounds" >&2
   bench/wal/segments.py "$W/pg_wal" "$segs" >"$W/segments"
   mkdir -p "$W/segs"; while read -r f; do ln "$W/pg_wal/$f" "$W/segs/$f"; done <"$W/segments"  # without archive_status

@@ -80,7 +80,7 @@ for l in ${LAYOUTS:-default}; do
 done
 unset FERRY_RADOS_STRIPE_UNIT FERRY_RADOS_STRIPE_COUNT FERRY_RADOS_OBJECT_SIZE
 if [ -x "$STORE_BIN" ]; then
-  # No file, no MD5, one in-memory block reused: what the store itself sustains.
+  # No file, no digest, one in-memory block reused: what the store itself sustains.
   line=$("$STORE_BIN" "$POOL" $(( SIZE >> 20 )) 16)
   sw=$(sed 's/.*write \([0-9.]*\).*/\1/' <<<"$line") sr=$(sed 's/.*read \([0-9.]*\).*/\1/' <<<"$line")
   printf '%-6s %-28s %10s %10s %12.2fx %12.2fx   (against the last round'"'"'s rados)\n' - "store alone (16 deep)" "$sw" "$sr" \
