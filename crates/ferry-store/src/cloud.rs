@@ -56,6 +56,13 @@ pub struct CloudStore {
 }
 
 impl CloudStore {
+    /// [`Store::head`], then the object's first `len` bytes: two requests.
+    async fn head_then_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
+        let info = self.head(key).await?;
+        let data = self.get_range(key, 0..len.min(info.size)).await?;
+        Ok((info, data))
+    }
+
     /// An S3 bucket.
     pub fn s3(cfg: &S3Config, bucket: &str) -> Result<Self> {
         let (s3, extra) = cfg.build(bucket)?;
@@ -194,13 +201,7 @@ impl Store for CloudStore {
         }
         let want = range.end - range.start;
         let got = self.inner.get_range(&path(key)?, range).await?;
-        if got.len() as u64 != want {
-            return Err(Error::Transient(format!(
-                "short read of {key}: {} of {want} bytes",
-                got.len()
-            )));
-        }
-        Ok(got)
+        whole(key, got, want)
     }
 
     // One request instead of HEAD then GET: a repository's small files over a slow link.
@@ -221,14 +222,12 @@ impl Store for CloudStore {
     }
 
     async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
-        if let Flavor::S3(extra) = &self.flavor {
+        if let Flavor::S3(_) = &self.flavor {
             // S3's answer must be read for how the object is encrypted (its ETag is no MD5
             // under SSE-KMS or SSE-C), which object_store's GET drops: a HEAD of ferry's own,
             // then the bytes. (object_store's ranged GET below refuses an answer that is not
             // the range before reading its body.)
-            let info = extra.head(key).await?;
-            let data = self.get_range(key, 0..len.min(info.size)).await?;
-            return Ok((info, data));
+            return self.head_then_read(key, len).await;
         }
         let opts = GetOptions {
             range: Some((0..len.max(1)).into()),
@@ -242,21 +241,10 @@ impl Store for CloudStore {
                 | object_store::Error::Unauthenticated { .. }),
             ) => return Err(e.into()),
             // An empty object has no first byte to give (416): ask what it is.
-            Err(_) => {
-                let info = self.head(key).await?;
-                let data = self.get_range(key, 0..len.min(info.size)).await?;
-                return Ok((info, data));
-            }
+            Err(_) => return self.head_then_read(key, len).await,
         };
         let info = info_of(key, &r);
-        let data = r.bytes().await?;
-        if data.len() as u64 != len.min(info.size) {
-            return Err(Error::Transient(format!(
-                "short read of {key}: {} of {} bytes",
-                data.len(),
-                len.min(info.size)
-            )));
-        }
+        let data = whole(key, r.bytes().await?, len.min(info.size))?;
         Ok((info, data))
     }
 
@@ -405,6 +393,17 @@ impl Store for CloudStore {
 }
 
 /// What a GET or HEAD answer of `object_store` says of an object.
+/// `got`, when it holds the `want` bytes asked for; a short answer is worth a retry.
+fn whole(key: &str, got: Bytes, want: u64) -> Result<Bytes> {
+    if got.len() as u64 != want {
+        return Err(Error::Transient(format!(
+            "short read of {key}: {} of {want} bytes",
+            got.len()
+        )));
+    }
+    Ok(got)
+}
+
 fn info_of(key: &str, r: &object_store::GetResult) -> ObjectInfo {
     let meta = r
         .attributes

@@ -173,8 +173,9 @@ impl AzureWriter {
             .filter(|(k, _)| k.as_str().starts_with("x-ms-meta-"))
             .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
             .collect();
-        metadata.retain(|(k, _)| !lock.metadata().iter().any(|(ours, _)| ours == k));
-        metadata.extend(lock.metadata());
+        let ours = lock.metadata();
+        metadata.retain(|(k, _)| !ours.iter().any(|(o, _)| o == k));
+        metadata.extend(ours);
         let url = self.url(None, &[("restype", "container"), ("comp", "metadata")]);
         let what = format!("set the lock on container {}", self.container);
         self.put(url, Bytes::new(), &metadata, &what).await?;
