@@ -189,10 +189,7 @@ impl Engine {
                 };
                 let (data, _held) = block(i, off, len).await?;
                 let sum = sum_of(&data, need).await;
-                let _slot = match dst.is_local() {
-                    true => None,
-                    false => Some(self.sched.slot(class).await),
-                };
+                let _slot = self.slot_for(dst, class).await;
                 drop(waiting);
                 let what = format!("write {dst_key} block {i}");
                 let id = self

@@ -165,9 +165,7 @@ impl Engine {
         self.retry(what, bytes, op).await
     }
 
-    /// [`Engine::request`] to `store`, holding a slot only when the store is remote: a
-    /// slot counts requests on the wire, so that the tuner sees the link, and reading or
-    /// writing local disk, hashing or waiting for memory never holds one.
+    /// [`Engine::request`] to `store`, holding a slot only when the store is remote.
     pub(crate) async fn request_to<T, F, Fut>(
         &self, store: &SharedStore, class: Class, what: &str, bytes: u64, op: F,
     ) -> Result<T>
@@ -175,10 +173,20 @@ impl Engine {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        if store.is_local() {
-            return self.retry(what, bytes, op).await;
+        let _slot = self.slot_for(store, class).await;
+        self.retry(what, bytes, op).await
+    }
+
+    /// A slot in `class` for a request to `store`, none for local disk: a slot counts
+    /// requests on the wire, so that the tuner sees the link, and reading or writing local
+    /// disk, hashing or waiting for memory never holds one.
+    pub(crate) async fn slot_for(
+        &self, store: &SharedStore, class: Class,
+    ) -> Option<scheduler::Slot> {
+        match store.is_local() {
+            true => None,
+            false => Some(self.sched.slot(class).await),
         }
-        self.request(class, what, bytes, op).await
     }
 
     /// Runs one request in `class` once: for a call that is not safe to repeat.

@@ -24,6 +24,13 @@
 //! - Settled, probe upwards after one window, downwards after [`PROBE_AFTER`]: links change;
 //!   and at once, up or down, when the rate rises or falls by [`RISE`] with the same requests.
 //! - A transient error cuts the limit by a third, as TCP does.
+//!
+//! Before all that, the start ([`Ramp`]): a few requests first, then the full start when
+//! their rate still climbs (TCP's slow start on a long link) or carries the full start's
+//! blocks within [`BLOCK_TIME`], else as many as it carries so. On a slow uplink a handful
+//! fill the link at once, and requests already sent cannot be called back: 20 blocks on the
+//! wire at 0.2 MB/s each starved some TCP flows until the kernel cut them (the slow
+//! profile's retries).
 
 use std::time::{Duration, Instant};
 
@@ -64,6 +71,30 @@ const BLOCK_TIME: f64 = 4.0;
 const DRAIN_WINDOWS: u32 = 5;
 /// Windows without a waiting request after which an open probe is closed.
 const IDLE_WINDOWS: u32 = 2;
+/// Ticks in a span of the start, whose climb is measured over two. A span holds a round
+/// trip of a long link (lfp: 200 ms), and is short next to a transfer.
+const RAMP_SPAN: usize = 2;
+/// The start goes on to its full limit when a span carried this much more than the one
+/// before: TCP's own slow start still doubling, or more requests still adding. A link that
+/// the first requests fill carries the same in both (slow: 1.0-1.1).
+const RAMP_RISE: f64 = 1.4;
+/// Requests in flight at the very start: not many more than a slow uplink takes, enough on
+/// a fast link to see it is one (wan: 8 carry 64 MB/s).
+pub(crate) const RAMP_FROM: usize = 8;
+/// Ticks in which the limit did not bind, after which the start ends where it is (2 s).
+const RAMP_LOOSE: u32 = 20;
+
+/// The start: a few requests until their rate says how many the link takes.
+#[derive(Debug)]
+struct Ramp {
+    /// The full start: where the limit goes when the link takes it.
+    to: usize,
+    /// Times and wire readings of the ticks since bytes began to move while the limit bound
+    /// (the first holds the burst into empty socket buffers, and only starts a span).
+    seen: Vec<(Instant, u64)>,
+    /// Ticks with requests in flight where the limit did not bind.
+    loose: u32,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Probe {
@@ -112,6 +143,12 @@ pub(crate) struct Tuner {
     started: bool,
     /// How long the present window lasts: [`WINDOW`], or less for short requests.
     window: Duration,
+    /// The start, until it has decided.
+    ramp: Option<Ramp>,
+    /// The largest block reserved in this window, and the last window's that saw one: a
+    /// transfer reserves its blocks ahead, often all in its first moments.
+    reserved: u64,
+    last_reserved: u64,
 }
 
 /// What the scheduler sees at a tick.
@@ -127,8 +164,8 @@ pub(crate) struct Reading {
     pub waiting: usize,
     /// Requests finished since the process started (those that moved bytes).
     pub finished: u64,
-    /// Size of the last block a transfer reserved memory for (0: none), the typical request
-    /// until some have finished.
+    /// Size of the largest block a transfer reserved memory for since the last reading (0:
+    /// none), the typical request until some have finished.
     pub block: u64,
 }
 
@@ -161,7 +198,25 @@ impl Tuner {
             typical: 0,
             started: false,
             window: WINDOW,
+            ramp: None,
+            reserved: 0,
+            last_reserved: 0,
         }
+    }
+
+    /// Starts at `from` requests (when fewer than the start limit) and goes on to the start
+    /// limit only once the rate is seen climbing with them.
+    pub(crate) fn ramped(mut self, from: usize) -> Self {
+        let from = from.max(self.min);
+        if !self.fixed && from < self.limit {
+            self.ramp = Some(Ramp {
+                to: self.limit,
+                seen: Vec::new(),
+                loose: 0,
+            });
+            self.limit = from;
+        }
+        self
     }
 
     pub(crate) fn limit(&self) -> usize {
@@ -172,15 +227,18 @@ impl Tuner {
         self.starved = true;
     }
 
-    /// Looks at a reading, taken every few hundred milliseconds; returns true when the limit
-    /// rose.
+    /// Looks at a reading, taken every 100 ms or so; returns true when the limit rose.
     pub(crate) fn tick(&mut self, r: Reading, now: Instant) -> bool {
+        self.reserved = self.reserved.max(r.block);
         if !std::mem::replace(&mut self.started, true) {
             self.window_start = now;
             self.wire_at = r.wire;
             self.done_at = r.done;
             self.finished_at = r.finished;
             return false;
+        }
+        if self.ramp.is_some() {
+            return self.ramp_tick(r, now);
         }
         self.flight_sum += r.in_flight;
         self.flight_ticks += 1;
@@ -208,8 +266,11 @@ impl Tuner {
             // None finished: requests are long now, whatever they were.
             self.window = WINDOW;
         }
+        if self.reserved > 0 {
+            self.last_reserved = std::mem::take(&mut self.reserved);
+        }
         let block = match self.typical {
-            0 => r.block,
+            0 => self.last_reserved,
             t => t,
         };
         self.window_start = now;
@@ -264,6 +325,80 @@ impl Tuner {
             );
         }
         self.limit > before
+    }
+
+    /// A tick of the start; true when the limit rose.
+    fn ramp_tick(&mut self, r: Reading, now: Instant) -> bool {
+        let ramp = self.ramp.as_mut().expect("ramping");
+        let to = ramp.to;
+        let decided = if r.wire == 0 && r.done > 0 {
+            // The store reports no flow: nothing to judge the start by.
+            Some(to)
+        } else if r.in_flight == 0 {
+            // Idle: what moved before says nothing of the next burst.
+            ramp.seen.clear();
+            None
+        } else if r.wire == self.wire_at && ramp.seen.is_empty() {
+            None
+        } else if r.waiting == 0 && r.in_flight < self.limit {
+            // The limit does not bind: the rate says nothing of it. A transfer held back by
+            // memory or its source would never let the start end, nor the tuner's
+            // block-time rule act: after a while the start ends where it is.
+            ramp.seen.clear();
+            ramp.loose += 1;
+            (ramp.loose >= RAMP_LOOSE).then_some(self.limit)
+        } else {
+            ramp.seen.push((now, r.wire));
+            let w = &ramp.seen;
+            let n = w.len();
+            let span = |a: usize, b: usize| (w[b].1 - w[a].1) as f64;
+            let rate =
+                |a: usize, b: usize| span(a, b) / w[b].0.duration_since(w[a].0).as_secs_f64();
+            // As many requests as keep each block within BLOCK_TIME at the rate these carry
+            // (fewer requests never carry more): all of them when blocks are not known.
+            let fit = |rate: f64| match self.reserved {
+                0 => to,
+                b => ((rate * BLOCK_TIME / b as f64) as usize)
+                    .max(self.limit)
+                    .min(to),
+            };
+            // Going on is decided on one tick, the first after the burst: waiting costs the
+            // rate the full start would add (wan: a third of the link for every tick).
+            // Holding back waits for two spans: it must not mistake TCP's slow start for
+            // the link.
+            if n > 1 && fit(rate(n - 2, n - 1)) >= to {
+                Some(to)
+            } else if n > 2 * RAMP_SPAN {
+                let before = span(n - 1 - 2 * RAMP_SPAN, n - 1 - RAMP_SPAN);
+                // Nothing in the first span (answers not yet begun) is no evidence of a climb.
+                let climbing = before > 0.0 && span(n - 1 - RAMP_SPAN, n - 1) >= before * RAMP_RISE;
+                Some(match climbing {
+                    true => to,
+                    false => fit(rate(n - 1 - RAMP_SPAN, n - 1)),
+                })
+            } else {
+                None
+            }
+        };
+        let Some(limit) = decided else {
+            self.wire_at = r.wire;
+            self.done_at = r.done;
+            return false;
+        };
+        self.ramp = None;
+        let from = self.limit;
+        // The burst into empty buffers is behind: the first window counts, unless the limit
+        // rises now and new requests ramp up in it. Requests that waited during the start
+        // said nothing of the window to come.
+        self.settling = false;
+        self.starved = false;
+        self.set(limit);
+        tracing::debug!(from, to = self.limit, "tuner start");
+        self.window_start = now;
+        self.wire_at = r.wire;
+        self.done_at = r.done;
+        self.finished_at = r.finished;
+        self.limit > from
     }
 
     /// An open probe left without waiting requests for [`IDLE_WINDOWS`] is closed: an
@@ -417,6 +552,8 @@ impl Tuner {
     /// A transient failure: back off multiplicatively.
     pub(crate) fn on_error(&mut self) {
         if !self.fixed {
+            // No full start on a link that fails already.
+            self.ramp = None;
             self.set((self.limit * 2 / 3).max(self.min));
             self.base = None;
             self.probe = None;
@@ -485,6 +622,27 @@ mod tests {
         let seen = simulate(&mut t, capped(100e6, 4e6), 4);
         // The first reading starts the window; the second closes the burst window.
         assert!(seen[2] <= 4, "limits {seen:?}");
+    }
+
+    #[test]
+    fn blocks_reserved_at_the_start_still_count_later() {
+        // A download reserves every block in its first moments: the window that judges the
+        // limit comes later, with no reservation in it, and none finished yet.
+        let mut t = Tuner::new(8, 128, false);
+        let mut now = t.window_start;
+        for i in 0..=12u64 {
+            let r = Reading {
+                block: if i == 1 { 5 << 20 } else { 0 },
+                ..reading(i * 1_000_000, 8)
+            };
+            t.tick(r, now);
+            now += Duration::from_millis(500);
+        }
+        assert!(
+            t.limit() <= 4,
+            "8 requests at 0.25 MB/s each: limit {}",
+            t.limit()
+        );
     }
 
     #[test]
@@ -594,6 +752,114 @@ mod tests {
             back[..8].iter().any(|&l| l >= 13),
             "did not climb back: {back:?}"
         );
+    }
+
+    /// Ticks of 100 ms through the start: `rate(t, limit)` bytes/s at `t` seconds in, plus
+    /// `burst` bytes in the first tick (socket buffers filling); returns the limits seen.
+    fn start(t: &mut Tuner, rate: impl Fn(f64, usize) -> f64, burst: u64) -> Vec<usize> {
+        let tick = Duration::from_millis(100);
+        let mut now = t.window_start;
+        t.tick(reading(0, t.limit()), now);
+        let mut wire = burst;
+        let mut seen = Vec::new();
+        for i in 1..=20 {
+            now += tick;
+            wire += (rate(i as f64 * 0.1, t.limit()) * 0.1) as u64;
+            t.tick(reading(wire, t.limit()), now);
+            seen.push(t.limit());
+        }
+        seen
+    }
+
+    fn reading(wire: u64, in_flight: usize) -> Reading {
+        Reading {
+            wire,
+            done: 0,
+            in_flight,
+            waiting: 1,
+            finished: 0,
+            block: 5 << 20,
+        }
+    }
+
+    /// TCP's slow start on a link of `rtt` seconds: a request's rate doubles every round trip
+    /// from 10 segments a round trip, up to `per` bytes/s; `cap` in all.
+    fn slow_start(rtt: f64, per: f64, cap: f64) -> impl Fn(f64, usize) -> f64 {
+        move |t, n| {
+            let first = 14_600.0 / rtt;
+            (n as f64 * (first * 2f64.powf(t / rtt)).min(per)).min(cap)
+        }
+    }
+
+    #[test]
+    fn the_start_stays_small_when_the_first_requests_fill_the_link() {
+        // The slow profile: 4 MB/s in all, 20 ms round trips: 8 requests fill it at once.
+        let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
+        let seen = start(&mut t, slow_start(0.02, 100e6, 4e6), 1 << 20);
+        assert!(seen.iter().all(|&l| l <= RAMP_FROM), "limits {seen:?}");
+        assert!(t.ramp.is_none(), "the start never decided: {seen:?}");
+    }
+
+    #[test]
+    fn the_start_goes_on_while_the_rate_climbs() {
+        // wan (80 ms, 8 MB/s a connection) and lfp (200 ms, 10 MB/s): the full start within
+        // half a second, before TCP has even filled the first requests' windows; and at once
+        // where every request has its full rate from the start (the bench's emulated links:
+        // toxiproxy delays the bytes, not the client's TCP round trip).
+        for (rtt, per) in [(0.08, 8e6), (0.2, 10e6), (0.0001, 8e6)] {
+            let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
+            assert_eq!(t.limit(), RAMP_FROM);
+            let seen = start(&mut t, slow_start(rtt, per, 100e6), 1 << 20);
+            assert_eq!(seen[5], 24, "rtt {rtt}: limits {seen:?}");
+        }
+    }
+
+    #[test]
+    fn a_start_whose_limit_never_binds_ends() {
+        // Memory or a slow source holds 4 requests in flight, none waiting: the start must
+        // end, so that the block-time rule can act (4 requests at 4 MB/s: 5 s a block).
+        let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
+        let mut now = t.window_start;
+        for i in 0..60u64 {
+            let r = Reading {
+                waiting: 0,
+                ..reading(i * 400_000, 4)
+            };
+            t.tick(r, now);
+            now += Duration::from_millis(100);
+        }
+        assert!(t.ramp.is_none(), "the start never ended");
+        assert!(t.limit() < RAMP_FROM, "limit {}", t.limit());
+    }
+
+    #[test]
+    fn answers_late_to_begin_are_no_climb() {
+        // The burst, then nothing for a span (no answer yet), then 10 MB/s: 8 requests carry
+        // a 5 MiB block in 4 s at most, so the start stays.
+        let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
+        let mut now = t.window_start;
+        let wire = [
+            0u64,
+            1 << 20,
+            1 << 20,
+            1 << 20,
+            2 << 20,
+            3 << 20,
+            4 << 20,
+            5 << 20,
+        ];
+        for w in wire {
+            t.tick(reading(w, 8), now);
+            now += Duration::from_millis(100);
+        }
+        assert!(t.ramp.is_none(), "the start never decided");
+        assert_eq!(t.limit(), RAMP_FROM);
+    }
+
+    #[test]
+    fn a_fixed_limit_has_no_start() {
+        let t = Tuner::new(24, 128, true).ramped(RAMP_FROM);
+        assert_eq!(t.limit(), 24);
     }
 
     #[test]

@@ -7,17 +7,18 @@
 //! archived), and the lock is the kernel's.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_transfer::Result;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use crate::archive::{Archive, Gap};
+use crate::archive::{Archive, Gap, Prepared};
 use crate::name::WalName;
-use crate::push::{push_file, queued};
+use crate::push::{name_of, queued};
 use crate::spool::Spool;
 
 /// How often the agent looks at `archive_status` while it has nothing in flight.
@@ -32,8 +33,12 @@ pub struct PushAgent {
     pub spool: Spool,
     /// The cluster's `pg_wal` directory.
     pub pg_wal: PathBuf,
-    /// WAL files in flight at once.
+    /// WAL files in flight at once, at most.
     pub parallel: usize,
+    /// Bytes of WAL the agent holds in flight, at most: a file counts twice its size while
+    /// it is read and sealed, then its sealed size until stored. Random segments (the worst
+    /// case) then fit 12 in the default, compressible ones (real WAL keeps about 40 %) more.
+    pub memory: u64,
     /// Exit after this long with nothing to do.
     pub idle: Duration,
 }
@@ -51,6 +56,8 @@ impl PushAgent {
         let mut dropped: HashSet<String> = HashSet::new();
         let mut last_work = Instant::now();
         let mut last_sweep = Instant::now();
+        let total = budget(self.memory);
+        let memory = Arc::new(Semaphore::new(total));
         loop {
             while let Some(done) = tasks.try_join_next() {
                 let (name, res) = done.expect("push task panicked");
@@ -88,17 +95,9 @@ impl PushAgent {
                 let archive = self.archive.clone();
                 let path = self.pg_wal.join(n);
                 let name = n.to_string();
+                let memory = memory.clone();
                 tasks.spawn(async move {
-                    let res = async {
-                        // The identity is taken before reading: a file replaced meanwhile
-                        // gets an ack that matches neither, and is pushed again.
-                        let meta = tokio::fs::metadata(&path)
-                            .await
-                            .map_err(|e| ferry_transfer::Error::io(path.display(), e))?;
-                        let pushed = push_file(&archive, &path).await?;
-                        Ok((pushed.header().hash_hex(), meta))
-                    }
-                    .await;
+                    let res = push_held(&archive, &path, &memory, total).await;
                     (name, res)
                 });
             }
@@ -178,4 +177,42 @@ impl PushAgent {
         }
         recorded
     }
+}
+
+/// The memory budget in permits of one byte, within what a semaphore holds.
+fn budget(bytes: u64) -> usize {
+    (bytes as usize).clamp(1, Semaphore::MAX_PERMITS)
+}
+
+/// Pushes the WAL file at `path` holding its bytes in `memory` while it is in flight;
+/// returns its checksum and the identity it had before it was read.
+async fn push_held(
+    archive: &Archive, path: &Path, memory: &Arc<Semaphore>, total: usize,
+) -> Result<(String, std::fs::Metadata)> {
+    let name = name_of(path)?;
+    // The identity is taken before reading: a file replaced meanwhile gets an ack that
+    // matches neither, and is pushed again.
+    let meta = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| ferry_transfer::Error::io(path.display(), e))?;
+    let permits = |bytes: u64| (bytes as usize).clamp(1, total).min(u32::MAX as usize) as u32;
+    // Waiting here, in the order files were taken, rather than reading past the budget.
+    let mut held = memory
+        .clone()
+        .acquire_many_owned(permits(2 * meta.len()))
+        .await
+        .expect("never closed");
+    let data = tokio::fs::read(path)
+        .await
+        .map_err(|e| ferry_transfer::Error::io(format!("wal-push {}", path.display()), e))?;
+    let pushed = match archive.prepare(&name, data).await? {
+        Prepared::Done(p) => p,
+        Prepared::Sealed(sealed) => {
+            // The original is gone: from here on the sealed object alone is held.
+            let keep = (permits(sealed.held() as u64) as usize).min(held.num_permits());
+            drop(held.split(held.num_permits() - keep));
+            archive.store(sealed).await?
+        }
+    };
+    Ok((pushed.header().hash_hex(), meta))
 }

@@ -48,6 +48,30 @@ impl Pushed {
     }
 }
 
+/// What [`Archive::prepare`] concluded.
+#[derive(Debug)]
+pub enum Prepared {
+    /// Nothing to store: the archive holds this content already.
+    Done(Pushed),
+    /// Sealed and not in the archive: [`Archive::store`] sends it.
+    Sealed(Sealed),
+}
+
+/// A WAL file sealed for the archive, waiting to be stored.
+#[derive(Debug)]
+pub struct Sealed {
+    key: String,
+    header: Header,
+    obj: Vec<u8>,
+}
+
+impl Sealed {
+    /// Bytes held: the archived object.
+    pub fn held(&self) -> usize {
+        self.obj.len()
+    }
+}
+
 /// A gap the drop policy left in the archive: PITR cannot cross it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gap {
@@ -194,6 +218,16 @@ impl Archive {
     /// Archives `data` as `name`. Succeeds without writing when the archive already holds the
     /// same content; refuses to replace different content.
     pub async fn push(&self, name: &WalName, data: Vec<u8>) -> Result<Pushed> {
+        match self.prepare(name, data).await? {
+            Prepared::Done(p) => Ok(p),
+            Prepared::Sealed(s) => self.store(s).await,
+        }
+    }
+
+    /// The first half of [`Archive::push`]: checks `data`, seals it and looks at what the
+    /// archive holds under `name`. The original is dropped before it returns, so that a
+    /// caller holding many files at once can count each at its sealed size from here on.
+    pub async fn prepare(&self, name: &WalName, data: Vec<u8>) -> Result<Prepared> {
         let segment = match name.kind() {
             Kind::Segment | Kind::Partial => Some(page::read(name, &data)?),
             _ => None,
@@ -220,7 +254,7 @@ impl Archive {
             // header, which matches this content. A second push of one file is rare (a retry,
             // a crash); a damaged copy is replaced.
             Ok(h) if h.same_content(&header) => match self.fetch(name).await {
-                Ok(_) => return Ok(Pushed::AlreadyArchived(header)),
+                Ok(_) => return Ok(Prepared::Done(Pushed::AlreadyArchived(header))),
                 Err(Error::Checksum(why)) => {
                     tracing::warn!("{name}: the archived copy is damaged ({why}); replacing it");
                 }
@@ -234,7 +268,7 @@ impl Archive {
             // Encrypted, and this push has no key to compare with.
             Ok(h) if h.cipher != header.cipher => {
                 match h.describes(&data, name.as_str(), self.key.as_ref()) {
-                    Some(true) => return Ok(Pushed::AlreadyArchived(header)),
+                    Some(true) => return Ok(Prepared::Done(Pushed::AlreadyArchived(header))),
                     Some(false) => return Err(self.differs(name)),
                     None => {
                         return Err(Error::Invalid(format!(
@@ -255,7 +289,16 @@ impl Archive {
         // The original is needed no longer: with eight segments in flight, keeping each
         // 16 MiB through its upload doubled the agent's peak RSS (bench/wal.sh, 80 -> 161 MiB).
         drop(data);
-        let key = self.key(&name.key());
+        Ok(Prepared::Sealed(Sealed {
+            key: self.key(&name.key()),
+            header,
+            obj,
+        }))
+    }
+
+    /// The second half of [`Archive::push`]: stores what [`Archive::prepare`] sealed.
+    pub async fn store(&self, sealed: Sealed) -> Result<Pushed> {
+        let Sealed { key, header, obj } = sealed;
         let bytes = self.store.upload_bytes(obj.into(), &key).await?;
         Ok(Pushed::Stored { header, bytes })
     }

@@ -20,7 +20,7 @@
 //! file under this name" by reading 52 bytes. Encrypted, that checksum is keyed: a plain hash
 //! would let whoever reads the store confirm a guess of a segment's content.
 
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use ferry_transfer::{Error, Result};
 use rand::RngCore;
@@ -225,41 +225,52 @@ fn aad(header: &[u8], name: &str) -> Vec<u8> {
 
 /// Wraps `data`, the WAL file `name`, for the archive: zstd-compressed at `level` unless
 /// that does not shrink it (`level` 0: never compress), then encrypted when `key` is given.
+///
+/// The object is built in one buffer, compressed into it and encrypted in place: the push
+/// agent holds many WAL files at once, and each then costs its original and its object,
+/// not a third copy in between.
 pub fn seal(
     data: &[u8], level: i32, name: &str, key: Option<&WalKey>,
 ) -> Result<(Header, Vec<u8>)> {
     let mut header = Header::for_file(data, name, key);
-    let packed = if level > 0 {
-        zstd::bulk::compress(data, level).map_err(|e| Error::Permanent(format!("compress: {e}")))?
-    } else {
-        Vec::new()
-    };
-    let payload = if level > 0 && packed.len() < data.len() {
-        header.compression = Compression::Zstd;
-        &packed[..]
-    } else {
-        data
-    };
-    let mut out = Vec::with_capacity(HEADER_LEN + NONCE_LEN + payload.len() + TAG_LEN);
-    header.write(&mut out);
-    match key {
-        None => out.extend_from_slice(payload),
-        Some(k) => {
-            let mut nonce = [0u8; NONCE_LEN];
-            rand::rng().fill_bytes(&mut nonce);
-            let ct = XChaCha20Poly1305::new((&k.enc).into())
-                .encrypt(
-                    XNonce::from_slice(&nonce),
-                    Payload {
-                        msg: payload,
-                        aad: &aad(&out, name),
-                    },
-                )
-                .map_err(|_| Error::Permanent(format!("{name}: encryption failed")))?;
-            out.extend_from_slice(&nonce);
-            out.extend_from_slice(&ct);
-        }
+    let lead = HEADER_LEN + if key.is_some() { NONCE_LEN } else { 0 };
+    let room = zstd::zstd_safe::compress_bound(data.len()).max(data.len());
+    let mut out = Vec::with_capacity(lead + room + TAG_LEN);
+    out.resize(lead, 0);
+    if level > 0 {
+        let mut z = zstd::bulk::Compressor::new(level)
+            .map_err(|e| Error::Permanent(format!("compress: {e}")))?;
+        // After the lead: a cursor, since zstd writes a plain Vec from its start.
+        let mut after = std::io::Cursor::new(&mut out);
+        after.set_position(lead as u64);
+        z.compress_to_buffer(data, &mut after)
+            .map_err(|e| Error::Permanent(format!("compress: {e}")))?;
     }
+    if level > 0 && out.len() - lead < data.len() {
+        header.compression = Compression::Zstd;
+    } else {
+        out.truncate(lead);
+        out.extend_from_slice(data);
+    }
+    let mut head = Vec::with_capacity(HEADER_LEN);
+    header.write(&mut head);
+    out[..HEADER_LEN].copy_from_slice(&head);
+    if let Some(k) = key {
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::rng().fill_bytes(&mut nonce);
+        out[HEADER_LEN..lead].copy_from_slice(&nonce);
+        let tag = XChaCha20Poly1305::new((&k.enc).into())
+            .encrypt_in_place_detached(
+                XNonce::from_slice(&nonce),
+                &aad(&head, name),
+                &mut out[lead..],
+            )
+            .map_err(|_| Error::Permanent(format!("{name}: encryption failed")))?;
+        out.extend_from_slice(&tag);
+    }
+    // Room was made for zstd's worst case: a compressed segment would otherwise keep its
+    // original's size in memory while it waits to be stored, counted at its own.
+    out.shrink_to_fit();
     Ok((header, out))
 }
 

@@ -208,7 +208,8 @@ pub struct WalArgs {
     /// zstd level; 0 stores WAL uncompressed [default: 1].
     #[arg(long, env = "FERRY_WAL_COMPRESS_LEVEL")]
     pub compress_level: Option<i32>,
-    /// WAL files the agent pushes at once [default: 8].
+    /// WAL files the agent pushes at once, at most; three quarters of --max-memory bound
+    /// the bytes they hold [default: 16].
     #[arg(long, env = "FERRY_WAL_PARALLEL")]
     pub parallel: Option<usize>,
     /// How long wal-push waits for the agent before failing [default: 60s].

@@ -220,7 +220,7 @@ impl Settings {
             .or(f.queue_max.as_ref())
             .map(|s| parse_size(s))
             .transpose()?;
-        let parallel = args.parallel.or(f.parallel).unwrap_or(8);
+        let parallel = args.parallel.or(f.parallel).unwrap_or(16);
         if parallel == 0 {
             bail!("parallel must be at least 1");
         }

@@ -37,6 +37,19 @@ fn local_async() {
     archive_and_recover(Repo::Local, true);
 }
 
+/// The agent's memory budget bounds the WAL it holds, never whether it archives: with less
+/// than one segment's worth, each file takes the whole budget in turn.
+#[test]
+fn an_agent_with_less_memory_than_a_segment_still_archives_everything() {
+    let Some(rig) = Rig::new(&Repo::Local, true, &[("FERRY_MAX_MEMORY", "4MiB")]) else {
+        return;
+    };
+    rig.load(40);
+    rig.settle();
+    let n = rig.verify_archive();
+    assert!(n >= 3, "only {n} segments archived");
+}
+
 /// A promoted copy archives a new timeline beside the old one: its history file and its own
 /// segments, listed by wal-status with the backup label. (A .partial appears only after
 /// promoting a streaming standby.)

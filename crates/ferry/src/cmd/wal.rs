@@ -224,6 +224,10 @@ pub async fn agent_cmd(args: &WalAgentArgs, ctx: &mut Ctx) -> Result<()> {
                 spool,
                 pg_wal,
                 parallel: wal.parallel,
+                // The agent's uploads are slices of what it holds, not copies: the engine's
+                // own buffers (its budget, the rest of --max-memory and more) stay near
+                // empty, and the quarter left covers its connections and the allocator.
+                memory: stores.settings().engine.max_memory / 4 * 3,
                 idle: AGENT_IDLE,
             }
             .run()
