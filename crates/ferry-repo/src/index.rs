@@ -32,6 +32,10 @@ pub struct Index {
     packs: Vec<Id>,
     pack_no: HashMap<Id, u32>,
     blobs: Vec<(Id, Loc)>,
+    /// Per pack (by number): blobs and their bytes in the fullest listing of it. A blob
+    /// stored twice keeps one location, so the blobs located in a pack may be fewer than it
+    /// holds (after a prune killed between writing its packs and removing old indexes).
+    listed: Vec<(u32, u64)>,
     /// `buckets[p]`: where blobs whose ids start with the 16 bits `p` begin. Ids are uniform
     /// hashes, so a lookup bisects a couple of entries, not the whole vector: an unchanged
     /// backup asks once per chunk it reuses. 256 KiB whatever the index holds.
@@ -48,8 +52,14 @@ impl Index {
         self.buckets.clear(); // stale until the next finish
         let no = *self.pack_no.entry(pack).or_insert_with(|| {
             self.packs.push(pack);
+            self.listed.push((0, 0));
             (self.packs.len() - 1) as u32
         });
+        let count = entries.len() as u32;
+        if count > self.listed[no as usize].0 {
+            let bytes = entries.iter().map(|e| u64::from(e.len)).sum();
+            self.listed[no as usize] = (count, bytes);
+        }
         self.blobs.extend(entries.iter().map(|e| {
             (
                 e.id,
@@ -77,6 +87,15 @@ impl Index {
         for p in 1..self.buckets.len() {
             self.buckets[p] += self.buckets[p - 1];
         }
+    }
+
+    /// Every pack an index lists, with its blob count and the bytes of those blobs, as
+    /// its fullest listing has them: what its file must hold.
+    pub fn listed(&self) -> impl Iterator<Item = (Id, u32, u64)> + '_ {
+        self.packs
+            .iter()
+            .zip(&self.listed)
+            .map(|(p, &(n, bytes))| (*p, n, bytes))
     }
 
     /// Where `id` is.
@@ -191,4 +210,32 @@ pub(crate) async fn save_all(repo: &crate::Repo, packs: Vec<(Id, Vec<Entry>)>) -
         }
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: u8, offset: u32, len: u32) -> Entry {
+        Entry {
+            kind: BlobKind::Data,
+            id: Id([id; 32]),
+            offset,
+            len,
+            plain_len: len,
+        }
+    }
+
+    #[test]
+    fn a_pack_keeps_its_listing_when_its_blobs_are_also_elsewhere() {
+        // A prune cut short: blob 1 in the old pack and in the one it was copied to.
+        let (old, new) = (Id([10; 32]), Id([20; 32]));
+        let mut idx = Index::default();
+        idx.add_pack(old, &[entry(1, 0, 100), entry(2, 100, 50)]);
+        idx.add_pack(new, &[entry(1, 0, 100)]);
+        idx.finish();
+        assert_eq!(idx.len(), 2, "blob 1 has one location");
+        let listed: Vec<_> = idx.listed().collect();
+        assert_eq!(listed, vec![(old, 2, 150), (new, 1, 100)]);
+    }
 }

@@ -106,13 +106,16 @@ impl Scheduler {
         })
     }
 
-    /// Waits for `bytes` of the memory budget (a block larger than the budget takes all of it).
+    /// Waits for `bytes` of the memory budget (a block larger than half the budget takes
+    /// half of it: a stream holds the block it sends and the next it reads, and two that each
+    /// took the whole budget would wait for each other forever; seen with `--max-memory
+    /// 4MiB`, a budget of 1 MiB, and a WAL agent that never stored a segment).
     pub async fn reserve(&self, bytes: u64) -> Memory {
         if bytes >= BLOCK_MIN {
             self.block.fetch_max(bytes, Ordering::Relaxed);
         }
         let want = (bytes as usize)
-            .clamp(1, self.memory_total)
+            .clamp(1, (self.memory_total / 2).max(1))
             .min(u32::MAX as usize) as u32;
         self.memory
             .clone()
@@ -276,6 +279,20 @@ mod tests {
             held.push(s.reserve(len).await);
         }
         assert_eq!(s.block.swap(0, Ordering::Relaxed), 5 << 20);
+    }
+
+    #[tokio::test]
+    async fn two_blocks_larger_than_the_budget_are_held_at_once() {
+        // A stream's block in flight and the next one read, each larger than the budget.
+        let s = Scheduler::new(4, 4, true, 1 << 20);
+        let first = s.reserve(5 << 20).await;
+        let second =
+            tokio::time::timeout(std::time::Duration::from_secs(5), s.reserve(5 << 20)).await;
+        assert!(
+            second.is_ok(),
+            "the second block waits for the first forever"
+        );
+        drop(first);
     }
 
     #[tokio::test]

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# ferry against ferry: two (or more) builds copy the same file up and down over one link,
+# taking turns, each round on cold caches; one line per build and round (seconds, MB/s,
+# requests sent again). For engine changes, where a peer's figure says nothing.
+#   PROFILE=wan BINS="/path/old /path/new" REPEAT=3 SIZE=1G bench/ab.sh
+# LINK_SECS=0 skips measuring the link; LOGS (default: none kept) keeps each run's debug log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+SIZE=$(numfmt --from=iec "${SIZE:-1G}")
+export AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=minioadmin AWS_SECRET_ACCESS_KEY=minioadmin AWS_REGION=us-east-1
+trap 'link_down' EXIT
+link_up 4
+W=$BENCH_DIR/work
+head -c "$SIZE" /dev/urandom > "$W/src"
+nsx "$(echo $BINS | cut -d' ' -f1)" mkdir s3://bench >/dev/null 2>&1 || true
+if [ "${LINK_SECS:-6}" != 0 ]; then measure_link "${LINK_SECS:-6}" 32; fi
+echo "link up ${LINK_UP:-?} down ${LINK_DOWN:-?} rtt ${LINK_RTT:-?}"
+for r in $(seq "${REPEAT:-3}"); do
+  for b in $BINS; do
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    s=$(date +%s.%N); link_change & ch=$!
+    FERRY_LOG=ferry_transfer=debug,ferry_store=debug nsx "$b" cp --json "$W/src" s3://bench/obj > "$W/up.json" 2>"$W/up.$r.err" || echo FAIL up
+    e=$(date +%s.%N); kill $ch 2>/dev/null || :; wait $ch 2>/dev/null || :; [ "$DROP_AT" = 0 ] || link_restore
+    up=$(echo "$e - $s" | bc)
+    rm -f "$W/dst"; sync; echo 3 > /proc/sys/vm/drop_caches
+    s=$(date +%s.%N); link_change & ch=$!
+    FERRY_LOG=ferry_transfer=debug,ferry_store=debug nsx "$b" cp --json s3://bench/obj "$W/dst" > "$W/down.json" 2>"$W/down.$r.err" || echo FAIL down
+    e=$(date +%s.%N); kill $ch 2>/dev/null || :; wait $ch 2>/dev/null || :; [ "$DROP_AT" = 0 ] || link_restore
+    down=$(echo "$e - $s" | bc)
+    cmp -s "$W/src" "$W/dst" || echo MISMATCH
+    ru=$(grep -o '"retries":[0-9]*' "$W/up.json" | tail -1); rd=$(grep -o '"retries":[0-9]*' "$W/down.json" | tail -1)
+    printf "%s run %d %s up %.2f s %.1f MB/s  down %.2f s %.1f MB/s  %s %s\n" "$PROFILE" "$r" "$(basename $b)" "$up" "$(echo "$SIZE/$up/1000000" | bc -l)" "$down" "$(echo "$SIZE/$down/1000000" | bc -l)" "$ru" "$rd"
+    [ -z "${LOGS:-}" ] || { mkdir -p "$LOGS"; for f in "$W"/*.err; do cp "$f" "$LOGS/$(basename "$b").$(basename "$f")"; done; }
+  done
+done
