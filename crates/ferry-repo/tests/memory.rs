@@ -565,3 +565,39 @@ async fn what_the_policy_wants_last_is_read_after_everything_else() {
         );
     }
 }
+
+/// A prune killed after writing its packs and index, before removing the old index, leaves
+/// blobs that two packs hold and two indexes list: the repository is whole, and check must
+/// say so (it once sized each pack by the blobs located in it, one pack per blob, and called
+/// intact packs truncated).
+#[tokio::test]
+async fn blobs_that_two_packs_hold_are_no_damage() {
+    let (store, repo) = new_repo().await;
+    let (_scratch, src) = scratch_with_src();
+    for i in 0..40u64 {
+        std::fs::write(src.join(format!("f{i}")), random_bytes(4096, i)).unwrap();
+    }
+    backup(&repo, &src).await;
+    let (index, _, errors) = repo.load_index().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    // Every pack copied under another id and listed again by an index of its own, as a
+    // prune's copies are.
+    let mut copies = Vec::new();
+    for (i, (pack, entries)) in index.by_pack().into_iter().enumerate() {
+        let copy = Id([0xC0 ^ i as u8; 32]);
+        let bytes = store.bytes(&repo.pack_path(&pack)).expect("pack stored");
+        Store::put(&*store, &repo.pack_path(&copy), bytes, &Default::default())
+            .await
+            .unwrap();
+        copies.push((copy, entries));
+    }
+    let blobs: usize = copies.iter().map(|(_, e)| e.len()).sum();
+    assert!(blobs >= 40, "only {blobs} blobs");
+    let plain = ferry_repo::index::encode(&copies);
+    repo.save_file(ferry_repo::crypto::Kind::Index, &plain)
+        .await
+        .unwrap();
+    let report = checker::check(&repo, false).await.unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.packs, 2 * copies.len());
+}
