@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use crate::archive::{Archive, Gap, Prepared};
 use crate::name::WalName;
-use crate::push::{name_of, queued};
+use crate::push::{name_of, queued, read_wal};
 use crate::spool::Spool;
 
 /// How often the agent looks at `archive_status` while it has nothing in flight.
@@ -202,10 +202,7 @@ async fn push_held(
         .acquire_many_owned(permits(2 * meta.len()))
         .await
         .expect("never closed");
-    let data = tokio::fs::read(path)
-        .await
-        .map_err(|e| ferry_transfer::Error::io(format!("wal-push {}", path.display()), e))?;
-    let pushed = match archive.prepare(&name, data).await? {
+    let pushed = match archive.prepare(&name, read_wal(path).await?).await? {
         Prepared::Done(p) => p,
         Prepared::Sealed(sealed) => {
             // The original is gone: from here on the sealed object alone is held.

@@ -54,10 +54,14 @@ pub fn name_of(path: &Path) -> Result<WalName> {
 /// Reads the WAL file at `path` and pushes it.
 pub async fn push_file(archive: &Archive, path: &Path) -> Result<Pushed> {
     let name = name_of(path)?;
-    let data = tokio::fs::read(path)
+    archive.push(&name, read_wal(path).await?).await
+}
+
+/// The bytes of the WAL file at `path`, for a push.
+pub(crate) async fn read_wal(path: &Path) -> Result<Vec<u8>> {
+    tokio::fs::read(path)
         .await
-        .map_err(|e| Error::io(format!("wal-push {}", path.display()), e))?;
-    archive.push(&name, data).await
+        .map_err(|e| Error::io(format!("wal-push {}", path.display()), e))
 }
 
 fn ready_file(path: &Path, name: &str) -> PathBuf {
