@@ -3,7 +3,8 @@
 # taking turns, each round on cold caches; one line per build and round (seconds, MB/s,
 # requests sent again). For engine changes, where a peer's figure says nothing.
 #   PROFILE=wan BINS="/path/old /path/new" REPEAT=3 SIZE=1G bench/ab.sh
-# LINK_SECS=0 skips measuring the link; LOGS (default: none kept) keeps each run's debug log.
+# LINK_SECS=0 skips measuring the link; LOGS (default: none kept) keeps each run's debug log
+# (FERRY_LOG=ferry_transfer=trace adds every request's span; bench/timeline.py reads them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -19,18 +20,18 @@ echo "link up ${LINK_UP:-?} down ${LINK_DOWN:-?} rtt ${LINK_RTT:-?}"
 for r in $(seq "${REPEAT:-3}"); do
   for b in $BINS; do
     sync; echo 3 > /proc/sys/vm/drop_caches
-    s=$(date +%s.%N); link_change & ch=$!
-    FERRY_LOG=ferry_transfer=debug,ferry_store=debug nsx "$b" cp --json "$W/src" s3://bench/obj > "$W/up.json" 2>"$W/up.$r.err" || echo FAIL up
+    s=$(date +%s.%N); link_change & ch=$!; echo "start $s" > "$W/up.$r.err"
+    FERRY_LOG=${FERRY_LOG:-ferry_transfer=debug,ferry_store=debug} nsx "$b" cp --json "$W/src" s3://bench/obj > "$W/up.json" 2>>"$W/up.$r.err" || echo FAIL up
     e=$(date +%s.%N); kill $ch 2>/dev/null || :; wait $ch 2>/dev/null || :; [ "$DROP_AT" = 0 ] || link_restore
-    up=$(echo "$e - $s" | bc)
+    up=$(echo "$e - $s" | bc); echo "end $e" >> "$W/up.$r.err"
     rm -f "$W/dst"; sync; echo 3 > /proc/sys/vm/drop_caches
-    s=$(date +%s.%N); link_change & ch=$!
-    FERRY_LOG=ferry_transfer=debug,ferry_store=debug nsx "$b" cp --json s3://bench/obj "$W/dst" > "$W/down.json" 2>"$W/down.$r.err" || echo FAIL down
+    s=$(date +%s.%N); link_change & ch=$!; echo "start $s" > "$W/down.$r.err"
+    FERRY_LOG=${FERRY_LOG:-ferry_transfer=debug,ferry_store=debug} nsx "$b" cp --json s3://bench/obj "$W/dst" > "$W/down.json" 2>>"$W/down.$r.err" || echo FAIL down
     e=$(date +%s.%N); kill $ch 2>/dev/null || :; wait $ch 2>/dev/null || :; [ "$DROP_AT" = 0 ] || link_restore
-    down=$(echo "$e - $s" | bc)
+    down=$(echo "$e - $s" | bc); echo "end $e" >> "$W/down.$r.err"
     cmp -s "$W/src" "$W/dst" || echo MISMATCH
     ru=$(grep -o '"retries":[0-9]*' "$W/up.json" | tail -1); rd=$(grep -o '"retries":[0-9]*' "$W/down.json" | tail -1)
     printf "%s run %d %s up %.2f s %.1f MB/s  down %.2f s %.1f MB/s  %s %s\n" "$PROFILE" "$r" "$(basename $b)" "$up" "$(echo "$SIZE/$up/1000000" | bc -l)" "$down" "$(echo "$SIZE/$down/1000000" | bc -l)" "$ru" "$rd"
-    [ -z "${LOGS:-}" ] || { mkdir -p "$LOGS"; for f in "$W"/*.err; do cp "$f" "$LOGS/$(basename "$b").$(basename "$f")"; done; }
+    [ -z "${LOGS:-}" ] || { mkdir -p "$LOGS"; for f in up down; do cp "$W/$f.$r.err" "$LOGS/$(basename "$b").$f.$r.err"; done; }
   done
 done

@@ -222,17 +222,34 @@ impl Store for CloudStore {
     }
 
     async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
-        if let Flavor::S3(_) = &self.flavor {
-            // S3's answer must be read for how the object is encrypted (its ETag is no MD5
-            // under SSE-KMS or SSE-C), which object_store's GET drops: a HEAD of ferry's own,
-            // then the bytes. (object_store's ranged GET below refuses an answer that is not
-            // the range before reading its body.)
-            return self.head_then_read(key, len).await;
-        }
         let opts = GetOptions {
             range: Some((0..len.max(1)).into()),
             ..Default::default()
         };
+        if let Flavor::S3(extra) = &self.flavor {
+            // S3's answer must be read for how the object is encrypted (its ETag is no MD5
+            // under SSE-KMS or SSE-C), which object_store's GET drops: a HEAD of ferry's own
+            // beside the GET of the first bytes, both at once (one round trip, not two: 0.2 s
+            // of a 1 GiB download over a 200 ms link). The bytes count only when they come
+            // from the object the HEAD described; else, or when the GET failed (an empty
+            // object has no first byte to give), they are read again after it.
+            let p = path(key)?;
+            let first = async {
+                let r = self.inner.get_opts(&p, opts).await?;
+                let tag = unquote(r.meta.e_tag.clone());
+                let size = r.meta.size;
+                Ok::<_, Error>((tag, size, r.bytes().await?))
+            };
+            let (info, first) = tokio::join!(extra.head(key), first);
+            let info = info?;
+            let data = match first {
+                Ok((tag, size, data)) if tag.is_some() && tag == info.etag && size == info.size => {
+                    whole(key, data, len.min(info.size))?
+                }
+                _ => self.get_range(key, 0..len.min(info.size)).await?,
+            };
+            return Ok((info, data));
+        }
         let r = match self.inner.get_opts(&path(key)?, opts).await {
             Ok(r) => r,
             Err(

@@ -45,6 +45,8 @@ struct Inner {
     sessions: HashMap<String, Session>,
     /// Source of session ids and entity tags.
     counter: u64,
+    /// The reads asked of a remote store, in order.
+    reads: Vec<String>,
 }
 
 impl Inner {
@@ -103,6 +105,8 @@ impl Inner {
 pub struct MemoryStore {
     /// The digest kind ferry records in metadata, when this store is to keep one.
     recording: Option<DigestKind>,
+    /// Seen as a remote store (requests, not disk reads), its reads logged.
+    remote: bool,
     inner: Mutex<Inner>,
 }
 
@@ -128,6 +132,39 @@ impl MemoryStore {
         Self {
             recording: Some(kind),
             ..Self::default()
+        }
+    }
+
+    /// This store seen as a remote one (the engine then reads it in ranges, each request in
+    /// a slot, as it reads a cloud), every read logged: [`MemoryStore::reads`].
+    pub fn remote(self) -> Self {
+        Self {
+            remote: true,
+            ..self
+        }
+    }
+
+    /// The reads asked so far of a [`MemoryStore::remote`] store, in order: `head KEY`,
+    /// `head_and_read KEY LEN`, `get KEY`, `get_range KEY START..END`.
+    pub fn reads(&self) -> Vec<String> {
+        self.lock().reads.clone()
+    }
+
+    fn describe(&self, key: &str) -> Result<ObjectInfo> {
+        let k = clean(key)?;
+        let inner = self.lock();
+        let obj = inner.object(k)?;
+        Ok(ObjectInfo {
+            key: k.to_string(),
+            size: obj.data.len() as u64,
+            etag: Some(obj.etag.clone()),
+            meta: obj.meta.clone(),
+        })
+    }
+
+    fn log(&self, read: impl FnOnce() -> String) {
+        if self.remote {
+            self.lock().reads.push(read());
         }
     }
 
@@ -175,7 +212,7 @@ impl Store for MemoryStore {
     }
 
     fn is_local(&self) -> bool {
-        true
+        !self.remote
     }
 
     fn limits(&self) -> Limits {
@@ -197,6 +234,7 @@ impl Store for MemoryStore {
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        self.log(|| format!("get_range {key} {range:?}"));
         let k = clean(key)?;
         let inner = self.lock();
         let data = &inner.object(k)?.data;
@@ -210,20 +248,22 @@ impl Store for MemoryStore {
     }
 
     async fn get(&self, key: &str) -> Result<Bytes> {
+        self.log(|| format!("get {key}"));
         let k = clean(key)?;
         Ok(self.lock().object(k)?.data.clone())
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo> {
-        let k = clean(key)?;
-        let inner = self.lock();
-        let obj = inner.object(k)?;
-        Ok(ObjectInfo {
-            key: k.to_string(),
-            size: obj.data.len() as u64,
-            etag: Some(obj.etag.clone()),
-            meta: obj.meta.clone(),
-        })
+        self.log(|| format!("head {key}"));
+        self.describe(key)
+    }
+
+    async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
+        self.log(|| format!("head_and_read {key} {len}"));
+        let info = self.describe(key)?;
+        let data = self.lock().object(clean(key)?)?.data.clone();
+        let first = data.slice(..(len.min(info.size) as usize));
+        Ok((info, first))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {

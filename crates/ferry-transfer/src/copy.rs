@@ -22,6 +22,23 @@ const READ_AHEAD: usize = 4;
 /// in one request; waiting for them delays a large download by 16 ms at 8 MB/s.
 const FIRST_READ: u64 = 128 << 10;
 
+/// Pieces block `i` of `count` is read in: the last wave of blocks (as many as requests in
+/// flight, `limit`) comes in ranges of a quarter, at least [`TAIL_PIECE`] each, so that the
+/// slowest stream of the end holds up a piece, not a block. Measured on lfp (1 GiB, 200 ms,
+/// 5 MiB blocks): the last wave's blocks ended over 1.1 s, the link idle for most of it;
+/// a download took 11.63 s in quarters, 11.79 s whole and in halves (medians of 3).
+fn tail_pieces(i: usize, count: usize, limit: usize, len: u64) -> u64 {
+    match i + limit < count {
+        true => 1,
+        false => (len / TAIL_PIECE).clamp(1, TAIL_PIECES),
+    }
+}
+
+/// Pieces a block of the last wave is read in, at most.
+const TAIL_PIECES: u64 = 4;
+/// Smallest piece: below it a request's round trip costs more than its bytes.
+const TAIL_PIECE: u64 = 1 << 20;
+
 /// The digest an object's reader can check, if the source vouches for one under `plan`.
 pub(crate) fn expected_digest(
     src: &SharedStore, info: &ObjectInfo, plan: BlockPlan,
@@ -42,13 +59,20 @@ pub(crate) fn meta_with(plan: BlockPlan, digest: Option<&str>) -> Meta {
 }
 
 impl Engine {
-    /// Copies `src_key` of `src` to `dst_key` of `dst`. The destination appears whole, checked,
+    /// Copies `src_key` of `src` to `dst_key` of `dst`, starting from `known`, what the
+    /// source's HEAD already said of it, if anything. The destination appears whole, checked,
     /// or not at all.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn copy(
-        &self, src: &SharedStore, src_key: &str, dst: &SharedStore, dst_key: &str, class: Class,
-        progress: &dyn Progress,
+        &self, src: &SharedStore, src_key: &str, known: Option<&ObjectInfo>, dst: &SharedStore,
+        dst_key: &str, class: Class, progress: &dyn Progress,
     ) -> Result<u64> {
-        let (info, first) = self.describe(src, src_key, class).await?;
+        let (info, first) = match known {
+            // Described already: the blocks' requests go out at once (asking again would cost
+            // a round trip; its first bytes would save none).
+            Some(info) => (info.clone(), Bytes::new()),
+            None => self.describe(src, src_key, class).await?,
+        };
         let first = &first;
         let size = info.size;
         progress.add_total(size);
@@ -86,12 +110,31 @@ impl Engine {
             return Ok(size);
         }
 
+        let count = blocks.len();
         let read = |i: usize, off: u64, len: u64| async move {
             let mem = self.sched.reserve(len).await;
             let what = format!("read {src_key} block {i}");
-            let data = self
-                .read_after(src, src_key, class, first, off..off + len, &what)
-                .await?;
+            let pieces = match src.is_local() {
+                true => 1,
+                false => tail_pieces(i, count, self.sched.limit(), len),
+            };
+            let data = if pieces == 1 {
+                self.read_after(src, src_key, class, first, off..off + len, &what)
+                    .await?
+            } else {
+                let step = len.div_ceil(pieces);
+                let parts = (0..pieces).map(|p| {
+                    let a = off + p * step;
+                    let b = (a + step).min(off + len);
+                    self.read_after(src, src_key, class, first, a..b, &what)
+                });
+                let parts = futures::future::try_join_all(parts).await?;
+                let mut whole = BytesMut::with_capacity(len as usize);
+                for p in parts {
+                    whole.extend_from_slice(&p);
+                }
+                whole.freeze()
+            };
             Ok((data, mem))
         };
         self.upload_blocks(

@@ -115,7 +115,11 @@ impl RetryPolicy {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                r = &mut attempt => return r,
+                r = &mut attempt => {
+                    // Every request's span, for a timeline of a transfer (FERRY_LOG=...=trace).
+                    tracing::trace!(%what, bytes, ms = started.elapsed().as_millis() as u64, ok = r.is_ok(), "request");
+                    return r;
+                }
                 _ = tick.tick() => {}
             }
             // Sampled on every tick, so that the rate behind `grace` is fresh when needed.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use ferry_store::{Error, Scheme};
+use ferry_store::{Error, ObjectInfo, Scheme};
 use ferry_transfer::Progress;
 use futures::StreamExt;
 
@@ -21,8 +21,23 @@ const FILES_AT_ONCE: usize = 256;
 struct Job {
     src: Place,
     src_key: String,
+    /// What the source's HEAD said while planning, which the copy starts from.
+    info: Option<ObjectInfo>,
     dst: Place,
     dst_key: String,
+}
+
+impl Job {
+    async fn copy(&self, progress: &dyn Progress) -> ferry_store::Result<u64> {
+        let (src, dst) = (&self.src.store, &self.dst.store);
+        match &self.info {
+            Some(info) => src.copy_object_to(info, dst, &self.dst_key, progress).await,
+            None => {
+                src.copy_to(&self.src_key, dst, &self.dst_key, progress)
+                    .await
+            }
+        }
+    }
 }
 
 pub async fn run(args: &CpArgs, ctx: &mut Ctx) -> Result<()> {
@@ -51,11 +66,7 @@ pub async fn run(args: &CpArgs, ctx: &mut Ctx) -> Result<()> {
     }
     if let [job] = &jobs[..] {
         // One object: its error is the command's error, on one line.
-        let r = job
-            .src
-            .store
-            .copy_to(&job.src_key, &job.dst.store, &job.dst_key, &*bar)
-            .await;
+        let r = job.copy(&*bar).await;
         bar.finish();
         r.map_err(|e| {
             anyhow::anyhow!(
@@ -121,19 +132,19 @@ fn single_dst_key(dst: &Place, name: Option<&str>) -> Result<String> {
 async fn plan(
     src: &Place, dst: &Place, many: bool, recursive: bool, jobs: &mut Vec<Job>,
 ) -> Result<()> {
-    let is_prefix = match src.loc.scheme {
+    let (is_prefix, info) = match src.loc.scheme {
         Scheme::Local => {
             let path = src.path();
             match std::fs::metadata(&path) {
-                Ok(m) if m.is_dir() => true,
-                Ok(_) => false,
+                Ok(m) if m.is_dir() => (true, None),
+                Ok(_) => (false, None),
                 Err(e) => bail!("{}: {e}", path.display()),
             }
         }
-        _ if src.key.is_empty() || src.dir_hint => true,
+        _ if src.key.is_empty() || src.dir_hint => (true, None),
         _ => match src.store.head(&src.key).await {
-            Ok(_) => false,
-            Err(Error::NotFound(_)) if recursive => true,
+            Ok(info) => (false, Some(info)),
+            Err(Error::NotFound(_)) if recursive => (true, None),
             Err(Error::NotFound(_)) => {
                 bail!("{}: no such object (use -r to copy a prefix)", src.loc)
             }
@@ -150,6 +161,7 @@ async fn plan(
         jobs.push(Job {
             src: src.clone(),
             src_key: src.key.clone(),
+            info,
             dst: dst.clone(),
             dst_key,
         });
@@ -177,6 +189,7 @@ async fn plan(
         jobs.push(Job {
             src: src.clone(),
             src_key: obj.key.clone(),
+            info: None,
             dst: dst.clone(),
             dst_key: join(&dst.key, rel),
         });
@@ -200,11 +213,7 @@ async fn copy_all(jobs: Vec<Job>, bar: &Arc<Bar>) -> u64 {
     let progress: &dyn Progress = &**bar;
     let results = futures::stream::iter(jobs)
         .map(|j| async move {
-            let r = j
-                .src
-                .store
-                .copy_to(&j.src_key, &j.dst.store, &j.dst_key, progress)
-                .await;
+            let r = j.copy(progress).await;
             (j, r)
         })
         .buffer_unordered(FILES_AT_ONCE);

@@ -1,0 +1,90 @@
+//! What a copy asks of a remote store: the requests before its blocks, and the pieces its
+//! blocks come in. A memory store seen as remote logs every read.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ferry_store::memory::MemoryStore;
+use ferry_store::{Meta, Store};
+use ferry_transfer::{Class, Engine, EngineConfig, NoProgress, Remote, SharedStore};
+
+const MIB: u64 = 1 << 20;
+
+/// A remote store holding `obj` (64 MiB), a local one, and an engine with 8 requests in
+/// flight and 4 MiB blocks: 16 blocks, two waves.
+async fn setup() -> (Arc<MemoryStore>, Arc<MemoryStore>, Remote, Remote, Bytes) {
+    let body: Bytes = (0..64 * MIB as usize)
+        .map(|i| (i * 31 % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into();
+    let src = Arc::new(MemoryStore::new().remote());
+    src.put("obj", body.clone(), &Meta::new()).await.unwrap();
+    let dst = Arc::new(MemoryStore::new());
+    let engine = Engine::new(EngineConfig {
+        concurrency: Some(8),
+        block_size: Some(4 * MIB),
+        ..Default::default()
+    });
+    let s = engine.remote(src.clone() as SharedStore, Class::Bulk);
+    let d = engine.remote(dst.clone() as SharedStore, Class::Bulk);
+    (src, dst, s, d, body)
+}
+
+/// The ranges read, sorted, checked to cover bytes `from..size` once each.
+fn ranges(reads: &[String], from: u64, size: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = reads
+        .iter()
+        .filter_map(|r| r.strip_prefix("get_range obj "))
+        .map(|r| {
+            let (a, b) = r.split_once("..").unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    out.sort();
+    let mut at = from;
+    for &(a, b) in &out {
+        assert_eq!(a, at, "ranges leave a gap or overlap: {out:?}");
+        at = b;
+    }
+    assert_eq!(at, size, "ranges stop short: {out:?}");
+    out
+}
+
+#[tokio::test]
+async fn a_described_object_is_not_asked_again_and_its_last_wave_comes_in_quarters() {
+    let (src, dst, s, d, body) = setup().await;
+    let info = s.head("obj").await.unwrap();
+    s.copy_object_to(&info, &d, "copy", &NoProgress)
+        .await
+        .unwrap();
+    assert_eq!(dst.bytes("copy").unwrap(), body);
+
+    let reads = src.reads();
+    let asked: Vec<_> = reads.iter().filter(|r| r.starts_with("head")).collect();
+    assert_eq!(asked, ["head obj"], "only the caller's HEAD: {reads:?}");
+    let r = ranges(&reads, 0, 64 * MIB);
+    // Blocks 0-7 start while 8 more wait: whole. Blocks 8-15 are the last wave: quarters.
+    for &(a, b) in &r {
+        let want = if a < 32 * MIB { 4 * MIB } else { MIB };
+        assert_eq!(b - a, want, "range {a}..{b} in {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_undescribed_object_is_described_with_its_first_bytes_in_one_request() {
+    let (src, dst, s, d, body) = setup().await;
+    s.copy_to("obj", &d, "copy", &NoProgress).await.unwrap();
+    assert_eq!(dst.bytes("copy").unwrap(), body);
+
+    let reads = src.reads();
+    assert!(
+        reads[0].starts_with("head_and_read obj "),
+        "first read: {reads:?}"
+    );
+    let asked = reads.iter().filter(|r| r.starts_with("head")).count();
+    assert_eq!(asked, 1, "described twice: {reads:?}");
+    // Then only what the first bytes did not hold: the rest of block 0, the other blocks.
+    let first: u64 = reads[0].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(first > 0 && first < 4 * MIB, "{reads:?}");
+    ranges(&reads[1..], first, 64 * MIB);
+}
