@@ -29,6 +29,8 @@ FILES=${FILES:-10000} FILE_KB=${FILE_KB:-64}
 STREAM=$(numfmt --from=iec "${STREAM:-10G}")
 TESTS=${TESTS:-big small stream}
 RCLONE=${RCLONE:-$TOOLS/rclone}
+# The pinned newest, built from its module (Debian's is years old): on a fresh machine, now.
+[ -x "$RCLONE" ] || "$(dirname "$0")/../scripts/install-tools" rclone >&2
 export RCLONE_CONFIG=/dev/null RCLONE_CONFIG_B_TYPE=s3 RCLONE_CONFIG_B_PROVIDER=Minio \
   RCLONE_CONFIG_B_ENDPOINT=http://127.0.0.1:9000 RCLONE_CONFIG_B_ACCESS_KEY_ID=minioadmin \
   RCLONE_CONFIG_B_SECRET_ACCESS_KEY=minioadmin

@@ -152,14 +152,16 @@ impl MemoryStore {
 
     fn describe(&self, key: &str) -> Result<ObjectInfo> {
         let k = clean(key)?;
-        let inner = self.lock();
-        let obj = inner.object(k)?;
-        Ok(ObjectInfo {
+        Ok(Self::info_of(k, self.lock().object(k)?))
+    }
+
+    fn info_of(k: &str, obj: &Object) -> ObjectInfo {
+        ObjectInfo {
             key: k.to_string(),
             size: obj.data.len() as u64,
             etag: Some(obj.etag.clone()),
             meta: obj.meta.clone(),
-        })
+        }
     }
 
     fn log(&self, read: impl FnOnce() -> String) {
@@ -260,10 +262,12 @@ impl Store for MemoryStore {
 
     async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
         self.log(|| format!("head_and_read {key} {len}"));
-        let info = self.describe(key)?;
-        let data = self.lock().object(clean(key)?)?.data.clone();
-        let first = data.slice(..(len.min(info.size) as usize));
-        Ok((info, first))
+        // Both from one look, as a store's single answer is.
+        let k = clean(key)?;
+        let inner = self.lock();
+        let info = Self::info_of(k, inner.object(k)?);
+        let first = info.size.min(len) as usize;
+        Ok((info, inner.object(k)?.data.slice(..first)))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {

@@ -26,7 +26,7 @@ use ferry_store::Store;
 pub use ferry_store::{buffer, Error, ObjectInfo, Result};
 
 pub use plan::BlockPlan;
-pub use remote::Remote;
+pub use remote::{Described, Remote};
 pub use retry::RetryPolicy;
 pub use scheduler::{Class, Scheduler};
 

@@ -14,6 +14,18 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::{Class, Engine, NoProgress, Progress, SharedStore};
 
+/// An object as a [`Remote::describe`] found it, with all the store said of it (a listing's
+/// entries lack the metadata a copy checks its bytes by, so they are no description).
+#[derive(Debug, Clone)]
+pub struct Described(ObjectInfo);
+
+impl Described {
+    /// What the store said.
+    pub fn info(&self) -> &ObjectInfo {
+        &self.0
+    }
+}
+
 /// A store whose every call goes through an [`Engine`], in one [`Class`].
 #[derive(Debug, Clone)]
 pub struct Remote {
@@ -171,11 +183,18 @@ impl Remote {
             .await
     }
 
-    /// [`Remote::copy_to`] of the object `info` describes, as this remote's [`Remote::head`]
-    /// gave it: the copy does not ask the store again (a round trip fewer).
-    pub async fn copy_object_to(
-        &self, info: &ObjectInfo, dst: &Remote, dst_key: &str, progress: &dyn Progress,
+    /// `key` as the store describes it now, for [`Remote::copy_described_to`].
+    pub async fn describe(&self, key: &str) -> Result<Described> {
+        self.head(key).await.map(Described)
+    }
+
+    /// [`Remote::copy_to`] of an object this remote described: the copy does not ask the store
+    /// again (a round trip fewer). Only for a copy that follows at once: the description's
+    /// digest checks what is read, and an object without one is read to its described size.
+    pub async fn copy_described_to(
+        &self, obj: &Described, dst: &Remote, dst_key: &str, progress: &dyn Progress,
     ) -> Result<u64> {
+        let info = &obj.0;
         self.engine
             .copy(
                 &self.store,

@@ -101,8 +101,19 @@ impl RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Runs one attempt until it ends or stalls.
+    /// Runs one attempt until it ends or stalls, its span traced (what, bytes, ms, ok) for a
+    /// timeline of a transfer: `FERRY_LOG=ferry_transfer=trace`, read by bench/timeline.py.
     async fn watched<T>(
+        &self, what: &str, bytes: u64, attempt: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let r = self.watch(what, bytes, attempt).await;
+        let ms = started.elapsed().as_millis() as u64;
+        tracing::trace!(%what, bytes, ms, ok = r.is_ok(), "request");
+        r
+    }
+
+    async fn watch<T>(
         &self, what: &str, bytes: u64, attempt: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let f = Flow::new();
@@ -115,11 +126,7 @@ impl RetryPolicy {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                r = &mut attempt => {
-                    // Every request's span, for a timeline of a transfer (FERRY_LOG=...=trace).
-                    tracing::trace!(%what, bytes, ms = started.elapsed().as_millis() as u64, ok = r.is_ok(), "request");
-                    return r;
-                }
+                r = &mut attempt => return r,
                 _ = tick.tick() => {}
             }
             // Sampled on every tick, so that the rate behind `grace` is fresh when needed.

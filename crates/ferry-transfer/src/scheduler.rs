@@ -106,6 +106,11 @@ impl Scheduler {
         })
     }
 
+    /// Bytes of the memory budget in all.
+    pub fn memory(&self) -> usize {
+        self.memory_total
+    }
+
     /// Waits for `bytes` of the memory budget (a block larger than half the budget takes
     /// half of it: a stream holds the block it sends and the next it reads, and two that each
     /// took the whole budget would wait for each other forever; seen with `--max-memory

@@ -372,7 +372,8 @@ impl Tuner {
             let steady = |from: usize| {
                 (from..n - 1)
                     .map(|i| rate(i, i + 1))
-                    .fold(f64::MAX, f64::min)
+                    .map(|r| if r.is_nan() { 0.0 } else { r })
+                    .fold(f64::INFINITY, f64::min)
             };
             if n > RAMP_SPAN && fit(steady(n - 1 - RAMP_SPAN)) >= to {
                 Some(to)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use ferry_store::memory::MemoryStore;
-use ferry_store::{Meta, Store};
+use ferry_store::{DigestKind, Error, Meta, Store};
 use ferry_transfer::{Class, Engine, EngineConfig, NoProgress, Remote, SharedStore};
 
 const MIB: u64 = 1 << 20;
@@ -13,10 +13,7 @@ const MIB: u64 = 1 << 20;
 /// A remote store holding `obj` (64 MiB), a local one, and an engine with 8 requests in
 /// flight and 4 MiB blocks: 16 blocks, two waves.
 async fn setup() -> (Arc<MemoryStore>, Arc<MemoryStore>, Remote, Remote, Bytes) {
-    let body: Bytes = (0..64 * MIB as usize)
-        .map(|i| (i * 31 % 251) as u8)
-        .collect::<Vec<u8>>()
-        .into();
+    let body = pattern(64 * MIB, 31);
     let src = Arc::new(MemoryStore::new().remote());
     src.put("obj", body.clone(), &Meta::new()).await.unwrap();
     let dst = Arc::new(MemoryStore::new());
@@ -28,6 +25,13 @@ async fn setup() -> (Arc<MemoryStore>, Arc<MemoryStore>, Remote, Remote, Bytes) 
     let s = engine.remote(src.clone() as SharedStore, Class::Bulk);
     let d = engine.remote(dst.clone() as SharedStore, Class::Bulk);
     (src, dst, s, d, body)
+}
+
+fn pattern(size: u64, k: usize) -> Bytes {
+    (0..size as usize)
+        .map(|i| (i * k % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into()
 }
 
 /// The ranges read, sorted, checked to cover bytes `from..size` once each.
@@ -53,8 +57,8 @@ fn ranges(reads: &[String], from: u64, size: u64) -> Vec<(u64, u64)> {
 #[tokio::test]
 async fn a_described_object_is_not_asked_again_and_its_last_wave_comes_in_quarters() {
     let (src, dst, s, d, body) = setup().await;
-    let info = s.head("obj").await.unwrap();
-    s.copy_object_to(&info, &d, "copy", &NoProgress)
+    let obj = s.describe("obj").await.unwrap();
+    s.copy_described_to(&obj, &d, "copy", &NoProgress)
         .await
         .unwrap();
     assert_eq!(dst.bytes("copy").unwrap(), body);
@@ -87,4 +91,44 @@ async fn an_undescribed_object_is_described_with_its_first_bytes_in_one_request(
     let first: u64 = reads[0].rsplit(' ').next().unwrap().parse().unwrap();
     assert!(first > 0 && first < 4 * MIB, "{reads:?}");
     ranges(&reads[1..], first, 64 * MIB);
+}
+
+#[tokio::test]
+async fn uneven_pieces_are_checked_and_an_object_changed_after_its_description_is_refused() {
+    // 13 blocks of 5 MiB, the last 4 MiB and 5 bytes: its quarters are uneven. The store
+    // vouches for the digest ferry recorded, so every copy is checked against it.
+    let size = 64 * MIB + 5;
+    let body = pattern(size, 7);
+    let src = Arc::new(MemoryStore::recording(DigestKind::Blake3).remote());
+    let dst = Arc::new(MemoryStore::new());
+    let engine = Engine::new(EngineConfig {
+        concurrency: Some(8),
+        block_size: Some(5 * MIB),
+        ..Default::default()
+    });
+    let s = engine.remote(src.clone() as SharedStore, Class::Bulk);
+    let d = engine.remote(dst.clone() as SharedStore, Class::Bulk);
+    s.upload_bytes(body.clone(), "obj").await.unwrap();
+
+    let obj = s.describe("obj").await.unwrap();
+    s.copy_described_to(&obj, &d, "copy", &NoProgress)
+        .await
+        .unwrap();
+    assert_eq!(dst.bytes("copy").unwrap(), body);
+    assert_eq!(s.report().verified, 1, "the copy was not checked");
+    let reads = src.reads();
+    let r = ranges(&reads, 0, size);
+    assert!(r.contains(&(60 * MIB, 61 * MIB + 2)), "{r:?}");
+    assert!(r.contains(&(63 * MIB + 6, size)), "{r:?}");
+
+    // Written again between its description and the copy: the bytes read are the new
+    // object's, the digest the old one's. Refused, and nothing appears.
+    let obj = s.describe("obj").await.unwrap();
+    s.upload_bytes(pattern(size, 9), "obj").await.unwrap();
+    let err = s
+        .copy_described_to(&obj, &d, "copy2", &NoProgress)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Checksum(_)), "{err}");
+    assert!(dst.bytes("copy2").is_none());
 }

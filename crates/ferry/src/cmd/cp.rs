@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use ferry_store::{Error, ObjectInfo, Scheme};
-use ferry_transfer::Progress;
+use ferry_store::{Error, Scheme};
+use ferry_transfer::{Described, Progress};
 use futures::StreamExt;
 
 use crate::cli::CpArgs;
@@ -21,23 +21,11 @@ const FILES_AT_ONCE: usize = 256;
 struct Job {
     src: Place,
     src_key: String,
-    /// What the source's HEAD said while planning, which the copy starts from.
-    info: Option<ObjectInfo>,
+    /// What the source's HEAD said while planning: a lone copy, which follows at once,
+    /// starts from it.
+    info: Option<Described>,
     dst: Place,
     dst_key: String,
-}
-
-impl Job {
-    async fn copy(&self, progress: &dyn Progress) -> ferry_store::Result<u64> {
-        let (src, dst) = (&self.src.store, &self.dst.store);
-        match &self.info {
-            Some(info) => src.copy_object_to(info, dst, &self.dst_key, progress).await,
-            None => {
-                src.copy_to(&self.src_key, dst, &self.dst_key, progress)
-                    .await
-            }
-        }
-    }
 }
 
 pub async fn run(args: &CpArgs, ctx: &mut Ctx) -> Result<()> {
@@ -66,7 +54,11 @@ pub async fn run(args: &CpArgs, ctx: &mut Ctx) -> Result<()> {
     }
     if let [job] = &jobs[..] {
         // One object: its error is the command's error, on one line.
-        let r = job.copy(&*bar).await;
+        let (src, dst) = (&job.src.store, &job.dst.store);
+        let r = match &job.info {
+            Some(obj) => src.copy_described_to(obj, dst, &job.dst_key, &*bar).await,
+            None => src.copy_to(&job.src_key, dst, &job.dst_key, &*bar).await,
+        };
         bar.finish();
         r.map_err(|e| {
             anyhow::anyhow!(
@@ -142,8 +134,8 @@ async fn plan(
             }
         }
         _ if src.key.is_empty() || src.dir_hint => (true, None),
-        _ => match src.store.head(&src.key).await {
-            Ok(info) => (false, Some(info)),
+        _ => match src.store.describe(&src.key).await {
+            Ok(obj) => (false, Some(obj)),
             Err(Error::NotFound(_)) if recursive => (true, None),
             Err(Error::NotFound(_)) => {
                 bail!("{}: no such object (use -r to copy a prefix)", src.loc)
@@ -213,7 +205,12 @@ async fn copy_all(jobs: Vec<Job>, bar: &Arc<Bar>) -> u64 {
     let progress: &dyn Progress = &**bar;
     let results = futures::stream::iter(jobs)
         .map(|j| async move {
-            let r = j.copy(progress).await;
+            // Described again: a job may start long after its planning.
+            let r = j
+                .src
+                .store
+                .copy_to(&j.src_key, &j.dst.store, &j.dst_key, progress)
+                .await;
             (j, r)
         })
         .buffer_unordered(FILES_AT_ONCE);
