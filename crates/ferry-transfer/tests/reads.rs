@@ -10,21 +10,28 @@ use ferry_transfer::{Class, Engine, EngineConfig, NoProgress, Remote, SharedStor
 
 const MIB: u64 = 1 << 20;
 
-/// A remote store holding `obj` (64 MiB), a local one, and an engine with 8 requests in
-/// flight and 4 MiB blocks: 16 blocks, two waves.
+/// A remote store holding `obj` (64 MiB), and [`engine_over`] it with 4 MiB blocks: 16
+/// blocks, two waves.
 async fn setup() -> (Arc<MemoryStore>, Arc<MemoryStore>, Remote, Remote, Bytes) {
     let body = pattern(64 * MIB, 31);
     let src = Arc::new(MemoryStore::new().remote());
     src.put("obj", body.clone(), &Meta::new()).await.unwrap();
+    let (dst, s, d) = engine_over(&src, 4 * MIB);
+    (src, dst, s, d, body)
+}
+
+/// A local store, and an engine with 8 requests in flight and `block`-sized blocks seen
+/// through remotes of `src` and of the local store.
+fn engine_over(src: &Arc<MemoryStore>, block: u64) -> (Arc<MemoryStore>, Remote, Remote) {
     let dst = Arc::new(MemoryStore::new());
     let engine = Engine::new(EngineConfig {
         concurrency: Some(8),
-        block_size: Some(4 * MIB),
+        block_size: Some(block),
         ..Default::default()
     });
     let s = engine.remote(src.clone() as SharedStore, Class::Bulk);
     let d = engine.remote(dst.clone() as SharedStore, Class::Bulk);
-    (src, dst, s, d, body)
+    (dst, s, d)
 }
 
 fn pattern(size: u64, k: usize) -> Bytes {
@@ -100,14 +107,7 @@ async fn uneven_pieces_are_checked_and_an_object_changed_after_its_description_i
     let size = 64 * MIB + 5;
     let body = pattern(size, 7);
     let src = Arc::new(MemoryStore::recording(DigestKind::Blake3).remote());
-    let dst = Arc::new(MemoryStore::new());
-    let engine = Engine::new(EngineConfig {
-        concurrency: Some(8),
-        block_size: Some(5 * MIB),
-        ..Default::default()
-    });
-    let s = engine.remote(src.clone() as SharedStore, Class::Bulk);
-    let d = engine.remote(dst.clone() as SharedStore, Class::Bulk);
+    let (dst, s, d) = engine_over(&src, 5 * MIB);
     s.upload_bytes(body.clone(), "obj").await.unwrap();
 
     let obj = s.describe("obj").await.unwrap();
