@@ -150,11 +150,6 @@ impl MemoryStore {
         self.lock().reads.clone()
     }
 
-    fn describe(&self, key: &str) -> Result<ObjectInfo> {
-        let k = clean(key)?;
-        Ok(Self::info_of(k, self.lock().object(k)?))
-    }
-
     fn info_of(k: &str, obj: &Object) -> ObjectInfo {
         ObjectInfo {
             key: k.to_string(),
@@ -257,7 +252,8 @@ impl Store for MemoryStore {
 
     async fn head(&self, key: &str) -> Result<ObjectInfo> {
         self.log(|| format!("head {key}"));
-        self.describe(key)
+        let k = clean(key)?;
+        Ok(Self::info_of(k, self.lock().object(k)?))
     }
 
     async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
@@ -265,9 +261,9 @@ impl Store for MemoryStore {
         // Both from one look, as a store's single answer is.
         let k = clean(key)?;
         let inner = self.lock();
-        let info = Self::info_of(k, inner.object(k)?);
-        let first = info.size.min(len) as usize;
-        Ok((info, inner.object(k)?.data.slice(..first)))
+        let obj = inner.object(k)?;
+        let first = obj.data.slice(..obj.data.len().min(len as usize));
+        Ok((Self::info_of(k, obj), first))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {

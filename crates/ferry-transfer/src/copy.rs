@@ -126,22 +126,20 @@ impl Engine {
             // Pieces are put together in a buffer of their own: twice the block meanwhile.
             let mem = self.sched.reserve(len * pieces.min(2)).await;
             let what = format!("read {src_key} block {i}");
-            let data = if pieces == 1 {
-                self.read_after(src, src_key, class, first, off..off + len, &what)
-                    .await?
-            } else {
-                let step = len.div_ceil(pieces);
-                let parts = (0..pieces).map(|p| {
-                    let a = off + p * step;
-                    let b = (a + step).min(off + len);
-                    self.read_after(src, src_key, class, first, a..b, &what)
-                });
-                let parts = futures::future::try_join_all(parts).await?;
-                let mut whole = BytesMut::with_capacity(len as usize);
-                for p in parts {
-                    whole.extend_from_slice(&p);
+            let step = len.div_ceil(pieces);
+            let parts = (0..pieces).map(|p| {
+                let a = off + p * step;
+                let b = (a + step).min(off + len);
+                self.read_after(src, src_key, class, first, a..b, &what)
+            });
+            let mut parts = futures::future::try_join_all(parts).await?;
+            let data = match parts.len() {
+                1 => parts.pop().expect("one part"),
+                _ => {
+                    let mut whole = BytesMut::with_capacity(len as usize);
+                    parts.iter().for_each(|p| whole.extend_from_slice(p));
+                    whole.freeze()
                 }
-                whole.freeze()
             };
             Ok((data, mem))
         };

@@ -19,13 +19,6 @@ use crate::{Class, Engine, NoProgress, Progress, SharedStore};
 #[derive(Debug, Clone)]
 pub struct Described(ObjectInfo);
 
-impl Described {
-    /// What the store said.
-    pub fn info(&self) -> &ObjectInfo {
-        &self.0
-    }
-}
-
 /// A store whose every call goes through an [`Engine`], in one [`Class`].
 #[derive(Debug, Clone)]
 pub struct Remote {
