@@ -29,7 +29,7 @@ pub struct Pruned {
     pub packs_deleted: usize,
     /// Packs rewritten.
     pub packs_rewritten: usize,
-    /// Bytes freed.
+    /// Bytes freed: those of the packs deleted, less the used blobs rewritten into new packs.
     pub bytes_freed: u64,
     /// Blobs kept.
     pub blobs_kept: usize,
@@ -113,17 +113,19 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
         .map(|p| sizes.get(p).copied().unwrap_or(0))
         .sum();
     out.locked_why = locked.into_values().min();
+    // Bytes freed: the packs deleted, less the live blobs a rewrite copies into new packs
+    // (so that a dry run and the prune it foretells say the same).
+    let copied: u64 = rewrite
+        .iter()
+        .flat_map(|(_, l)| l.iter().map(|e| u64::from(e.len)))
+        .sum();
     if dry_run {
         let size = |p: &Id| sizes.get(p).copied().unwrap_or(0);
-        let live = |l: &[Entry]| l.iter().map(|e| u64::from(e.len)).sum::<u64>();
-        let rewritten: u64 = rewrite
-            .iter()
-            .map(|(p, l)| size(p).saturating_sub(live(l)))
-            .sum();
+        let gone = delete.iter().chain(rewrite.iter().map(|(p, _)| p));
         return Ok(Pruned {
             packs_deleted: delete.len() + rewrite.len(),
             packs_rewritten: rewrite.len(),
-            bytes_freed: delete.iter().map(size).sum::<u64>() + rewritten,
+            bytes_freed: gone.map(size).sum::<u64>().saturating_sub(copied),
             blobs_kept: seen.len(),
             dry_run,
             ..out
@@ -180,6 +182,7 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
         out.bytes_freed += d?;
         out.packs_deleted += 1;
     }
+    out.bytes_freed = out.bytes_freed.saturating_sub(copied);
     Ok(out)
 }
 

@@ -364,8 +364,23 @@ async fn forget_then_prune_frees_what_no_kept_snapshot_uses() {
     // Forget removes snapshots only: the data waits for prune.
     assert_eq!(packs(&store), packs_before);
 
+    // The first backup packed the shared file with the forgotten one: that pack is mostly
+    // unused, so prune rewrites it, and a dry run must count that as the real prune does.
+    let (shared_pack, _, _) = blob_of(&repo, &shared).await;
+    assert_eq!(
+        shared_pack, old_pack,
+        "one pack for the first backup's files"
+    );
+    let dry = prune::prune(repo.clone(), true).await.unwrap();
+    assert_eq!(packs(&store), packs_before, "a dry run deleted packs");
     let p = prune::prune(repo.clone(), false).await.unwrap();
     assert!(p.packs_deleted >= 1, "{p:?}");
+    assert_eq!(p.packs_rewritten, 1, "{p:?}");
+    assert_eq!(
+        (dry.packs_deleted, dry.packs_rewritten, dry.bytes_freed),
+        (p.packs_deleted, p.packs_rewritten, p.bytes_freed),
+        "dry {dry:?} vs real {p:?}"
+    );
     let old_size = store.bytes(&old_pack).map(|b| b.len()).unwrap_or(0);
     assert_eq!(old_size, 0, "the forgotten file's pack is gone");
     assert!(p.bytes_freed >= 200_000, "{p:?}");
