@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FERRY=$(realpath -m "${FERRY:-target/release/ferry}")
 STORE_BIN=$(realpath -m "${STORE_BIN:-target/release/examples/throughput}")
-[ -x "$FERRY" ] || { echo "rados.sh: no $FERRY (cargo build --release --features ferry/rados)" >&2; exit 1; }
+[ -x "$FERRY" ] || { echo "rados.sh: no $FERRY (cargo build --release)" >&2; exit 1; }
 SIZE=$(numfmt --from=iec "${SIZE:-512M}") ROUNDS=${ROUNDS:-3} SETTLE=${SETTLE:-2} POOL=${POOL:-ferry}
 [ "$ROUNDS" -ge 1 ] || { echo "rados.sh: ROUNDS must be at least 1" >&2; exit 2; }
 # Scratch in RAM when there is room, so the local disk never sets the pace.

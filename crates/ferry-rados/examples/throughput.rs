@@ -3,13 +3,6 @@
 //! checked. Shows what the RADOS store can do when nothing else spends the CPU.
 //!   CEPH_CONF=... cargo run --release --example throughput -- POOL [SIZE_MIB] [DEPTH]
 
-#[cfg(not(librados))]
-fn main() {
-    eprintln!("throughput: built without librados (install librados-dev, rebuild)");
-    std::process::exit(1);
-}
-
-#[cfg(librados)]
 #[tokio::main]
 async fn main() -> ferry_store::Result<()> {
     let args: Vec<String> = std::env::args().collect();

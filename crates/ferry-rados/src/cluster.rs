@@ -72,6 +72,7 @@ unsafe impl Sync for Cluster {}
 impl Cluster {
     /// Reads the configuration and connects; blocks for up to the op timeout.
     pub fn connect(cfg: &Config) -> Result<Self> {
+        ffi::load().map_err(|e| Error::Invalid(format!("rados:// needs librados: {e}")))?;
         let id = client_id().map(|i| cstr(&i)).transpose()?;
         let mut handle: ffi::rados_t = ptr::null_mut();
         // SAFETY: out-pointer to a local; the id string outlives the call.

@@ -1,8 +1,12 @@
 //! The part of librados' C API (Ceph 16, `rados/librados.h`) this crate calls, declared by hand
-//! so that building needs no bindgen and no clang.
+//! so that building needs no bindgen, no clang and no librados: the library is opened on the
+//! first connection. Linked at build time, it cost every ferry process 50 ms at a cold start
+//! and 20 ms warm (libceph-common and its C++ dependencies load and run their initialisers),
+//! paid by each `wal-push` PostgreSQL runs and by every command that never names `rados://`.
 #![allow(non_camel_case_types)]
 
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::OnceLock;
 
 pub type rados_t = *mut c_void;
 pub type rados_ioctx_t = *mut c_void;
@@ -18,8 +22,67 @@ pub const CREATE_IDEMPOTENT: c_int = 0;
 /// `LIBRADOS_OPERATION_NOFLAG`.
 pub const OPERATION_NOFLAG: c_int = 0;
 
-// Linked by build.rs, which finds librados.
-extern "C" {
+/// The library's file name: its soname, which the runtime package installs (the unversioned
+/// `librados.so` comes only with the development package).
+const LIBRARY: &str = "librados.so.2";
+
+/// Declares each function once: a field of the table [`load`] fills, and a function of the
+/// same name that calls through it.
+macro_rules! librados {
+    ($(pub fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;)*) => {
+        /// librados' functions, resolved from the library opened once.
+        struct Api {
+            $($name: unsafe extern "C" fn($($ty),*) $(-> $ret)?,)*
+        }
+
+        impl Api {
+            fn resolve(lib: &'static libloading::Library) -> Result<Self, libloading::Error> {
+                // SAFETY: each symbol's type is the prototype in librados.h (Ceph 16 and
+                // later keep these); the library stays loaded for the process's life.
+                unsafe {
+                    Ok(Self {
+                        $($name: *lib.get::<unsafe extern "C" fn($($ty),*) $(-> $ret)?>(stringify!($name))?,)*
+                    })
+                }
+            }
+        }
+
+        $(
+            /// Calls librados' function of this name; [`load`] must have succeeded.
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn $name($($arg: $ty),*) $(-> $ret)? {
+                // SAFETY: the caller keeps the C function's contract.
+                unsafe { (api().$name)($($arg),*) }
+            }
+        )*
+    };
+}
+
+static API: OnceLock<Result<Api, String>> = OnceLock::new();
+
+/// Opens librados, once per process; the error says what is missing.
+pub fn load() -> Result<(), String> {
+    API.get_or_init(|| {
+        // SAFETY: loading runs librados' initialisers, which have no preconditions.
+        let lib = unsafe { libloading::Library::new(LIBRARY) }
+            .map_err(|e| format!("{e} (install Ceph's librados2 package)"))?;
+        // Never unloaded: completions call back into it from librados' own threads.
+        let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+        Api::resolve(lib).map_err(|e| format!("{LIBRARY}: {e} (Ceph 16 or later is needed)"))
+    })
+    .as_ref()
+    .map(|_| ())
+    .map_err(Clone::clone)
+}
+
+fn api() -> &'static Api {
+    match API.get() {
+        Some(Ok(api)) => api,
+        _ => panic!("librados called before ffi::load succeeded (ferry bug)"),
+    }
+}
+
+librados! {
     pub fn rados_create(cluster: *mut rados_t, id: *const c_char) -> c_int;
     pub fn rados_conf_read_file(cluster: rados_t, path: *const c_char) -> c_int;
     pub fn rados_conf_parse_env(cluster: rados_t, var: *const c_char) -> c_int;

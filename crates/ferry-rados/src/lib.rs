@@ -5,23 +5,17 @@
 //! aio reads and writes in flight, bounded, and a striped object appears only when whole.
 #![warn(missing_docs)]
 
-#[cfg(librados)]
 mod aio;
-#[cfg(librados)]
 mod cluster;
-#[cfg(librados)]
 mod ffi;
-#[cfg(librados)]
 mod io;
 pub mod layout;
-#[cfg(librados)]
 mod store;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use layout::Layout;
-#[cfg(librados)]
 pub use store::RadosStore;
 
 /// Where the cluster is and how long an operation may wait.
@@ -53,7 +47,6 @@ pub struct Options {
 }
 
 /// A store on `pool` with `opts`; it connects on first use.
-#[cfg(librados)]
 pub fn open(pool: &str, opts: &Options) -> ferry_store::Result<Arc<dyn ferry_store::Store>> {
     let layout = Layout::with_sizes(opts.stripe_unit, opts.stripe_count, opts.object_size)?;
     Ok(Arc::new(RadosStore::with(
@@ -61,13 +54,4 @@ pub fn open(pool: &str, opts: &Options) -> ferry_store::Result<Arc<dyn ferry_sto
         opts.cluster.clone(),
         layout,
     )?))
-}
-
-/// Without librados at build time there is nothing to connect with.
-#[cfg(not(librados))]
-pub fn open(_pool: &str, _opts: &Options) -> ferry_store::Result<Arc<dyn ferry_store::Store>> {
-    Err(ferry_store::Error::Invalid(
-        "this ferry was built where librados was not installed (install librados-dev, rebuild)"
-            .into(),
-    ))
 }

@@ -1,5 +1,4 @@
 //! The store against the one-node cluster, checked byte for byte with the `rados` CLI.
-#![cfg(librados)]
 
 use bytes::Bytes;
 use ferry_rados::{Config, Layout, RadosStore};
