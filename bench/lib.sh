@@ -1,9 +1,9 @@
 # shellcheck shell=bash disable=SC2034
 # Sourced by bench/*.sh: an emulated WAN on loopback inside netns $NS.
 #
-#   client --lo(tbf: aggregate cap)--> toxiproxy :9000 (per-conn rate + latency) --lo--> MinIO :9100
+#   client --lo(tbf: aggregate cap)--> connect delay :9000 --> toxiproxy :9010 (per-conn rate + latency) --lo--> MinIO :9100
 #                                      toxiproxy :9001 (same toxics)             --lo--> linkcap.py :9101
-#                                      toxiproxy :9002 (same toxics)             --lo--> fake-gcs-server :9200 (GCS=1)
+#                                      connect delay :9002 --> toxiproxy :9012   --lo--> fake-gcs-server :9200 (GCS=1)
 #
 # Link profiles (1 MB = 10^6 bytes; AGG_DOWN_MBPS defaults to AGG_MBPS):
 #   wan    RTT 80 ms, 8 MB/s per TCP connection, 100 MB/s aggregate
@@ -15,8 +15,9 @@
 #   drop   wan, whose aggregate drops to a quarter after DROP_AT s and comes back DROP_FOR s later
 #   asym   RTT 40 ms, 50 MB/s per connection, 12 MB/s up and 60 MB/s down in all
 # or set RTT_MS / CONN_MBPS / AGG_MBPS / AGG_DOWN_MBPS yourself (they override the profile).
-# Not emulated: a new connection's handshake round trip (toxiproxy accepts on loopback at
-# once; no toxic acts on the first bytes only, and netem is missing here).
+# A new connection's handshake costs a round trip (HANDSHAKE=1, the default): toxiproxy
+# accepts on loopback at once and delays data only, so ferry-connect-delay sits in front of
+# it on the S3 and GCS ports and passes a connection's bytes on RTT_MS after accepting it.
 case ${PROFILE:=wan} in
   wan) : "${RTT_MS:=80}" "${CONN_MBPS:=8}" "${AGG_MBPS:=100}" ;;
   lan) : "${RTT_MS:=1}" "${CONN_MBPS:=100}" "${AGG_MBPS:=1000}" ;;
@@ -29,10 +30,11 @@ case ${PROFILE:=wan} in
   custom) : "${RTT_MS:?}" "${CONN_MBPS:?}" "${AGG_MBPS:?}" ;;
   *) echo "unknown PROFILE=$PROFILE (wan|lan|far|slow|lfp|lossy|drop|asym|custom)" >&2; return 2 ;;
 esac
-: "${AGG_DOWN_MBPS:=$AGG_MBPS}" "${LOSSY:=0}" "${DROP_AT:=0}" "${DROP_FOR:=0}"
+: "${AGG_DOWN_MBPS:=$AGG_MBPS}" "${LOSSY:=0}" "${DROP_AT:=0}" "${DROP_FOR:=0}" "${HANDSHAKE:=1}"
 NS=${NS:-ferrybench}
 TOOLS=${FERRY_TOOLS:-$HOME/.cache/ferry/bin}
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CONNECT_DELAY=${CONNECT_DELAY:-$BENCH/../target/release/ferry-connect-delay}
 # tbf: burst must hold at least one loopback GSO packet (lo MTU 64 KiB) or tbf drops it;
 # latency bounds the queue (extra delay and TCP drops under load). Measured: see README.md.
 TBF_BURST=${TBF_BURST:-1m}
@@ -103,6 +105,18 @@ add_proxy() { # name listen upstream
   fi
 }
 
+# A proxy clients reach at PUBLIC: toxiproxy itself, or with HANDSHAKE=1 the connect delay
+# in front of it (toxiproxy then listens 10 ports up). The tbf shapes the client's hop either way.
+expose() { # name public upstream
+  local at=$2
+  if [ "$HANDSHAKE" = 1 ]; then
+    at=127.0.0.1:$(( ${2##*:} + 10 ))
+    ip netns exec "$NS" "$CONNECT_DELAY" "$2" "$at" "$RTT_MS" >"$BENCH_DIR/delay-$1.log" 2>&1 &
+    echo $! >"$BENCH_DIR/delay-$1.pid"
+  fi
+  add_proxy "$1" "$at" "$3"
+}
+
 # The drop profile: after DROP_AT s the aggregate falls to a quarter, DROP_FOR s later it is
 # back. Started beside each timed run (link_change &), killed when the run ends.
 link_change() {
@@ -144,7 +158,10 @@ link_up() { # [GiB of scratch space wanted]
   else
     wait_http http://127.0.0.1:9100/minio/health/live
   fi
-  add_proxy s3 127.0.0.1:9000 127.0.0.1:9100
+  if [ "$HANDSHAKE" = 1 ] && [ ! -x "$CONNECT_DELAY" ]; then
+    (cd "$BENCH/.." && cargo build --release -q -p ferry-testkit --bin ferry-connect-delay)
+  fi
+  expose s3 127.0.0.1:9000 127.0.0.1:9100
   add_proxy raw 127.0.0.1:9001 127.0.0.1:9101
   if [ "${GCS:-0}" = 1 ]; then
     # GCS=1: fake-gcs-server (objects in memory) behind toxiproxy :9002, shaped like :9000.
@@ -154,9 +171,10 @@ link_up() { # [GiB of scratch space wanted]
       -public-host 127.0.0.1 -external-url http://127.0.0.1:9002 >"$BENCH_DIR/gcs.log" 2>&1 &
     echo $! >"$BENCH_DIR/gcs.pid"
     wait_http http://127.0.0.1:9200/_internal/healthcheck
-    add_proxy gcs 127.0.0.1:9002 127.0.0.1:9200
+    expose gcs 127.0.0.1:9002 127.0.0.1:9200
   fi
   echo "link up: ns $NS, PROFILE=$PROFILE RTT ${RTT_MS}ms, ${CONN_MBPS} MB/s/conn, ${AGG_MBPS} MB/s aggregate;" \
+       "handshake $([ "$HANDSHAKE" = 1 ] && echo "${RTT_MS}ms" || echo free);" \
        "tbf burst $TBF_BURST latency $TBF_LATENCY; S3 via ${MINIO_CERTS:+https://}127.0.0.1:9000;" \
        "${GCS_PORTS_UP:+GCS via http://127.0.0.1:9002; }scratch $BENCH_DIR" >&2
 }
