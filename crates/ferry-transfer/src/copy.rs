@@ -220,6 +220,9 @@ impl Engine {
         Fut: std::future::Future<Output = Result<(Bytes, G)>>,
     {
         let blocks = plan.blocks(size);
+        // The first blocks go out as soon as the upload has started, each on a connection.
+        let first_wave = blocks.len().min(self.sched.limit());
+        self.warm(dst, dst_key, first_wave.saturating_sub(1));
         let what = format!("start upload of {dst_key}");
         let start_meta = meta_with(plan, None);
         let up = self

@@ -189,6 +189,16 @@ impl Engine {
         }
     }
 
+    /// Lets `store` open connections for `n` requests about to go out at once, beside the
+    /// request the caller sends first; nothing waits for it, and nothing it hears counts.
+    pub(crate) fn warm(&self, store: &SharedStore, key: &str, n: usize) {
+        if n == 0 || store.is_local() {
+            return;
+        }
+        let (store, key) = (store.clone(), key.to_string());
+        tokio::spawn(async move { store.warm(&key, n).await });
+    }
+
     /// Runs one request in `class` once: for a call that is not safe to repeat.
     pub(crate) async fn request_once<T>(
         &self, class: Class, op: impl std::future::Future<Output = Result<T>>,

@@ -176,8 +176,12 @@ impl Remote {
             .await
     }
 
-    /// `key` as the store describes it now, for [`Remote::copy_described_to`].
+    /// `key` as the store describes it now, for [`Remote::copy_described_to`]. The
+    /// connections the copy's first blocks will need open meanwhile.
     pub async fn describe(&self, key: &str) -> Result<Described> {
+        let first_wave = self.engine.scheduler().limit();
+        self.engine
+            .warm(&self.store, key, first_wave.saturating_sub(1));
         self.head(key).await.map(Described)
     }
 
