@@ -108,13 +108,17 @@ add_proxy() { # name listen upstream
 # A proxy clients reach at PUBLIC: toxiproxy itself, or with HANDSHAKE=1 the connect delay
 # in front of it (toxiproxy then listens 10 ports up). The tbf shapes the client's hop either way.
 expose() { # name public upstream
-  local at=$2
-  if [ "$HANDSHAKE" = 1 ]; then
-    at=127.0.0.1:$(( ${2##*:} + 10 ))
-    ip netns exec "$NS" "$CONNECT_DELAY" "$2" "$at" "$RTT_MS" >"$BENCH_DIR/delay-$1.log" 2>&1 &
-    echo $! >"$BENCH_DIR/delay-$1.pid"
-  fi
+  [ "$HANDSHAKE" = 1 ] || { add_proxy "$1" "$2" "$3"; return; }
+  local at=127.0.0.1:$(( ${2##*:} + 10 )) pid _
   add_proxy "$1" "$at" "$3"
+  ip netns exec "$NS" "$CONNECT_DELAY" "$2" "$at" "$RTT_MS" >"$BENCH_DIR/delay-$1.log" 2>&1 &
+  pid=$!; echo $pid >"$BENCH_DIR/delay-$1.pid"
+  for _ in $(seq 50); do   # listening, or it died: then say so, not "connection refused" later
+    nsx ss -Hltn "sport = :${2##*:}" | grep -q . && return 0
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "connect delay on $2 did not start: $(cat "$BENCH_DIR/delay-$1.log")" >&2; return 1
 }
 
 # The drop profile: after DROP_AT s the aggregate falls to a quarter, DROP_FOR s later it is

@@ -29,7 +29,7 @@ if [ $(( BACKUPS + RESTORES )) -gt "$TENANTS" ]; then echo "BACKUPS + RESTORES >
 NS=${NS:-ferryserve}   # its own namespace and scratch dir: other benches (lib.sh's ferrybench) may run too
 . bench/lib.sh
 scripts/install-tools minio toxiproxy restic rest-server
-# The default build (after scripts/test, target/release/ferry links librados).
+# The default build (librados is opened only for rados:// places).
 cargo build --release -p ferry --offline -q
 # Scratch: one run's store at a time (deleted after it), the WAL and the flood's data, the
 # restore targets; a flood of 100 MB/s assumed.

@@ -60,11 +60,16 @@ macro_rules! librados {
 
 static API: OnceLock<Result<Api, String>> = OnceLock::new();
 
-/// Opens librados, once per process; the error says what is missing.
+/// Opens librados, once per process; the error says what is missing (and stays for the
+/// process: a long-running one needs a restart after librados2 is installed).
 pub fn load() -> Result<(), String> {
     API.get_or_init(|| {
+        // RTLD_NOW: a dependency missing a symbol fails here, with a message, not at the
+        // first call with an abort.
+        let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
         // SAFETY: loading runs librados' initialisers, which have no preconditions.
-        let lib = unsafe { libloading::Library::new(LIBRARY) }
+        let lib = unsafe { libloading::os::unix::Library::open(Some(LIBRARY), flags) }
+            .map(libloading::Library::from)
             .map_err(|e| format!("{e} (install Ceph's librados2 package)"))?;
         // Never unloaded: completions call back into it from librados' own threads.
         let lib: &'static libloading::Library = Box::leak(Box::new(lib));

@@ -54,7 +54,8 @@ pub struct CloudStore {
     bucket: String,
     inner: Arc<dyn ObjectStore>,
     s3: Option<Arc<object_store::aws::AmazonS3>>,
-    /// [`Store::warm`] has run: later transfers of the process find the pool open.
+    /// [`Store::warm`] has run: later transfers of the process start from the pool as the
+    /// earlier ones left it (idle connections close after 50 s).
     warmed: AtomicBool,
 }
 

@@ -220,9 +220,12 @@ impl Engine {
         Fut: std::future::Future<Output = Result<(Bytes, G)>>,
     {
         let blocks = plan.blocks(size);
-        // The first blocks go out as soon as the upload has started, each on a connection.
-        let first_wave = blocks.len().min(self.sched.limit());
-        self.warm(dst, dst_key, first_wave.saturating_sub(1));
+        // The first blocks go out as soon as the upload has started, each on a connection:
+        // open them meanwhile when the object fills more than a wave (a WAL segment does
+        // not, and wal-push is a process per segment).
+        if blocks.len() > self.sched.limit() {
+            self.warm(dst, dst_key, self.sched.limit());
+        }
         let what = format!("start upload of {dst_key}");
         let start_meta = meta_with(plan, None);
         let up = self

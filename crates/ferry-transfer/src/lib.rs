@@ -189,14 +189,17 @@ impl Engine {
         }
     }
 
-    /// Lets `store` open connections for `n` requests about to go out at once, beside the
-    /// request the caller sends first; nothing waits for it, and nothing it hears counts.
-    pub(crate) fn warm(&self, store: &SharedStore, key: &str, n: usize) {
+    /// Lets `store` open connections for a first wave of requests about to go out, beside
+    /// the request the caller sends first: as many as the wave less that one, at most as
+    /// many as the tuner starts with. Nothing waits for it, and nothing it hears counts; it is given
+    /// up after [`WARM_TIMEOUT`] (its requests are not watched for stalls).
+    pub(crate) fn warm(&self, store: &SharedStore, key: &str, wave: usize) {
+        let n = wave.min(tuner::RAMP_FROM).saturating_sub(1);
         if n == 0 || store.is_local() {
             return;
         }
         let (store, key) = (store.clone(), key.to_string());
-        tokio::spawn(async move { store.warm(&key, n).await });
+        tokio::spawn(async move { tokio::time::timeout(WARM_TIMEOUT, store.warm(&key, n)).await });
     }
 
     /// Runs one request in `class` once: for a call that is not safe to repeat.
@@ -242,6 +245,9 @@ async fn sum_of(data: &bytes::Bytes, need: digest::Need) -> digest::BlockSum {
         .await
         .expect("hash task")
 }
+
+/// Time allowed to warm connections; a handshake that takes longer is no help.
+const WARM_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Time allowed to abort an upload after a failure.
 const ABORT_TIMEOUT: Duration = Duration::from_secs(60);

@@ -177,11 +177,11 @@ impl Remote {
     }
 
     /// `key` as the store describes it now, for [`Remote::copy_described_to`]. The
-    /// connections the copy's first blocks will need open meanwhile.
+    /// connections the copy's first blocks will need open meanwhile (the size is not known
+    /// yet: a small object's copy costs a few HEADs more).
     pub async fn describe(&self, key: &str) -> Result<Described> {
-        let first_wave = self.engine.scheduler().limit();
-        self.engine
-            .warm(&self.store, key, first_wave.saturating_sub(1));
+        let wave = self.engine.scheduler().limit();
+        self.engine.warm(&self.store, key, wave);
         self.head(key).await.map(Described)
     }
 

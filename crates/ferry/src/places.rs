@@ -217,7 +217,7 @@ fn rados(pool: &str, r: &Rados) -> Result<SharedStore> {
     Ok(ferry_rados::open(pool, &opts)?)
 }
 
-/// Without the `rados` feature there is no librados to link against.
+/// Built without the `rados` feature (`--no-default-features`), ferry has no Ceph store.
 #[cfg(not(feature = "rados"))]
 fn rados(_pool: &str, _r: &Rados) -> Result<SharedStore> {
     bail!("this ferry was built without Ceph support (cargo feature rados)")

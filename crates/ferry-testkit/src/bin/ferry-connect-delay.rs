@@ -41,6 +41,7 @@ async fn main() -> std::io::Result<()> {
         usage()
     };
     let delay = Duration::from_millis(delay);
+    raise_open_files();
     let socket = TcpSocket::new_v4()?;
     socket.set_reuseaddr(true)?;
     // Accepted sockets inherit the listener's buffer sizes.
@@ -49,7 +50,17 @@ async fn main() -> std::io::Result<()> {
     socket.bind(listen)?;
     let listener = socket.listen(1024)?;
     loop {
-        let (client, _) = listener.accept().await?;
+        // A refused or aborted accept (out of descriptors, a client gone) costs that client
+        // only: the proxy stays up, or every later client would be refused and the tool
+        // under test blamed.
+        let client = match listener.accept().await {
+            Ok((c, _)) => c,
+            Err(e) => {
+                eprintln!("ferry-connect-delay: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             if let Err(e) = relay(client, upstream).await {
@@ -66,6 +77,30 @@ async fn relay(mut client: TcpStream, upstream: SocketAddr) -> std::io::Result<(
     let mut server = socket.connect(upstream).await?;
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
-    tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, CHUNK, CHUNK).await?;
+    if let Err(e) =
+        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, CHUNK, CHUNK).await
+    {
+        // A reset (toxiproxy's reset_peer on the lossy profile) must reach the other side as
+        // one, not as a clean end of the stream.
+        let _ = client.set_zero_linger();
+        let _ = server.set_zero_linger();
+        return Err(e);
+    }
     Ok(())
+}
+
+/// Each relayed connection takes two descriptors: the soft limit (often 1024) would stop the
+/// proxy at about 500 connections, which `bench/serve.sh`'s tenants reach.
+fn raise_open_files() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain system calls on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
