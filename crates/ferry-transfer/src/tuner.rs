@@ -378,9 +378,16 @@ impl Tuner {
             if n > RAMP_SPAN && fit(steady(n - 1 - RAMP_SPAN)) >= to {
                 Some(to)
             } else if n > 2 * RAMP_SPAN {
-                let before = span(n - 1 - 2 * RAMP_SPAN, n - 1 - RAMP_SPAN);
-                // Nothing in the first span (answers not yet begun) is no evidence of a climb.
-                let climbing = before > 0.0 && span(n - 1 - RAMP_SPAN, n - 1) >= before * RAMP_RISE;
+                let first = n - 1 - 2 * RAMP_SPAN;
+                let before = span(first, n - 1 - RAMP_SPAN);
+                // Nothing in the first span (answers not yet begun) is no evidence of a climb,
+                // nor is a rise with a tick that fell: TCP's slow start grows every tick
+                // (x1.4 per 100 ms at 200 ms round trips), noise on a full link does not (4
+                // MB/s, ticks of 320, 256, 320, 512 KiB: 1.44x span over span, the start went
+                // to 24, and the kernel timed out 6 starved connections).
+                let rising = (first..n - 2).all(|i| span(i + 1, i + 2) >= span(i, i + 1) * 0.9);
+                let climbing =
+                    before > 0.0 && rising && span(n - 1 - RAMP_SPAN, n - 1) >= before * RAMP_RISE;
                 Some(match climbing {
                     true => to,
                     false => fit(rate(n - 1 - RAMP_SPAN, n - 1)),
@@ -877,6 +884,25 @@ mod tests {
         let mut now = t.window_start;
         let mut wire = 0u64;
         for kib in [0u64, 1536, 3328, 640, 576, 320, 832, 512, 400, 390] {
+            wire += kib << 10;
+            t.tick(reading(wire, 8), now);
+            now += Duration::from_millis(100);
+        }
+        assert!(t.ramp.is_none(), "the start never decided");
+        assert_eq!(t.limit(), RAMP_FROM);
+    }
+
+    #[test]
+    fn noise_on_a_slow_link_is_no_climb() {
+        // KiB per tick of an upload on the slow profile (4 MB/s) with the bench's connect
+        // delay, as logged: the second span carried 1.44x the first, which the climb rule
+        // took for TCP's slow start; the start went to 24 and the kernel timed out 6
+        // starved connections. A climb that one more doubling would not take to the full
+        // start is no reason to go there.
+        let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
+        let mut now = t.window_start;
+        let mut wire = 0u64;
+        for kib in [0u64, 900, 320, 256, 320, 512, 400, 390, 410] {
             wire += kib << 10;
             t.tick(reading(wire, 8), now);
             now += Duration::from_millis(100);
