@@ -223,8 +223,9 @@ impl Engine {
         // The first blocks go out as soon as the upload has started, each on a connection:
         // open them meanwhile when the object fills more than a wave (a WAL segment does
         // not, and wal-push is a process per segment).
-        if blocks.len() > self.sched.limit() {
-            self.warm(dst, dst_key, self.sched.limit());
+        let wave = self.sched.limit();
+        if blocks.len() > wave {
+            self.warm(dst, dst_key, wave);
         }
         let what = format!("start upload of {dst_key}");
         let start_meta = meta_with(plan, None);

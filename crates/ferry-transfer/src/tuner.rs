@@ -801,6 +801,20 @@ mod tests {
         }
     }
 
+    /// A tuner in its start after ticks of 100 ms that moved `kib` KiB each, 8 requests in
+    /// flight and one waiting.
+    fn started_on(kib: &[u64]) -> Tuner {
+        let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
+        let mut now = t.window_start;
+        let mut wire = 0u64;
+        for k in kib {
+            wire += k << 10;
+            t.tick(reading(wire, 8), now);
+            now += Duration::from_millis(100);
+        }
+        t
+    }
+
     /// TCP's slow start on a link of `rtt` seconds: a request's rate doubles every round trip
     /// from 10 segments a round trip, up to `per` bytes/s; `cap` in all.
     fn slow_start(rtt: f64, per: f64, cap: f64) -> impl Fn(f64, usize) -> f64 {
@@ -855,22 +869,7 @@ mod tests {
     fn answers_late_to_begin_are_no_climb() {
         // The burst, then nothing for a span (no answer yet), then 10 MB/s: 8 requests carry
         // a 5 MiB block in 4 s at most, so the start stays.
-        let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
-        let mut now = t.window_start;
-        let wire = [
-            0u64,
-            1 << 20,
-            1 << 20,
-            1 << 20,
-            2 << 20,
-            3 << 20,
-            4 << 20,
-            5 << 20,
-        ];
-        for w in wire {
-            t.tick(reading(w, 8), now);
-            now += Duration::from_millis(100);
-        }
+        let t = started_on(&[0, 1024, 0, 0, 1024, 1024, 1024, 1024]);
         assert!(t.ramp.is_none(), "the start never decided");
         assert_eq!(t.limit(), RAMP_FROM);
     }
@@ -880,14 +879,7 @@ mod tests {
         // KiB counted per 100 ms tick after the burst on the slow profile (4 MB/s), as
         // measured but for the spike: 2.9 MB there, 3% short of going on at once; a run
         // before had gone on, and lost 4 starved connections to the kernel's timeout.
-        let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
-        let mut now = t.window_start;
-        let mut wire = 0u64;
-        for kib in [0u64, 1536, 3328, 640, 576, 320, 832, 512, 400, 390] {
-            wire += kib << 10;
-            t.tick(reading(wire, 8), now);
-            now += Duration::from_millis(100);
-        }
+        let t = started_on(&[0, 1536, 3328, 640, 576, 320, 832, 512, 400, 390]);
         assert!(t.ramp.is_none(), "the start never decided");
         assert_eq!(t.limit(), RAMP_FROM);
     }
@@ -897,16 +889,8 @@ mod tests {
         // KiB per tick of an upload on the slow profile (4 MB/s) with the bench's connect
         // delay, as logged: the second span carried 1.44x the first, which the climb rule
         // took for TCP's slow start; the start went to 24 and the kernel timed out 6
-        // starved connections. A climb that one more doubling would not take to the full
-        // start is no reason to go there.
-        let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
-        let mut now = t.window_start;
-        let mut wire = 0u64;
-        for kib in [0u64, 900, 320, 256, 320, 512, 400, 390, 410] {
-            wire += kib << 10;
-            t.tick(reading(wire, 8), now);
-            now += Duration::from_millis(100);
-        }
+        // starved connections. A rise with a tick that fell is no climb.
+        let t = started_on(&[0, 900, 320, 256, 320, 512, 400, 390, 410]);
         assert!(t.ramp.is_none(), "the start never decided");
         assert_eq!(t.limit(), RAMP_FROM);
     }
