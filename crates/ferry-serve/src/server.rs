@@ -602,12 +602,19 @@ fn range(h: &HeaderMap) -> Result<Option<Range<u64>>, Refused> {
     Ok(Some(a..b.saturating_add(1)))
 }
 
-/// One JSON line per request on stderr; never a token, nor a header.
+/// One JSON line per request on stderr; never a token, nor a header. `unix` is when the
+/// request arrived (seconds, to the millisecond), so that a slow spell can be placed in time.
 fn log(
     peer: SocketAddr, t: Option<&TenantState>, class: Option<Class>, m: &Method, path: &str,
     d: &Done, start: Instant,
 ) {
+    let took = start.elapsed();
+    let arrived = std::time::SystemTime::now()
+        .checked_sub(took)
+        .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0.0, |d| (d.as_millis() as f64) / 1e3);
     let line = serde_json::json!({
+        "unix": arrived,
         "peer": peer.to_string(),
         "tenant": t.map(|t| t.cfg.name.as_str()),
         "class": class.map(Class::name),
@@ -618,7 +625,7 @@ fn log(
         "out": d.bytes_out,
         "wait_ms": d.wait.as_secs_f64() * 1e3,
         "service_ms": d.service.as_secs_f64() * 1e3,
-        "total_ms": start.elapsed().as_secs_f64() * 1e3,
+        "total_ms": took.as_secs_f64() * 1e3,
     });
     eprintln!("{line}");
 }
