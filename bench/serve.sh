@@ -22,7 +22,7 @@ TENANTS=${TENANTS:-50} BACKUPS=${BACKUPS:-10} RESTORES=${RESTORES:-5}
 BASE_SECS=${BASE_SECS:-30} FLOOD_SECS=${FLOOD_SECS:-60} WAL_INTERVAL=${WAL_INTERVAL:-1} WAL_MIB=${WAL_MIB:-1}
 BACKUP_MB=${BACKUP_MB:-200} SYNC_MB=${SYNC_MB:-20} TARGETS=${TARGETS:-local s3} REPEAT=${REPEAT:-1}
 SERVERS=${SERVERS:-ferry rest-server} WAL_CLIENT=${WAL_CLIENT:-restic} MAINT=${MAINT:-1}
-FAST_KDF=${FAST_KDF:-1} KDF_N=${KDF_N:-1024} SYNC_TIMEOUT=${SYNC_TIMEOUT:-600}
+FAST_KDF=${FAST_KDF:-1} KDF_N=${KDF_N:-1024} SYNC_TIMEOUT=${SYNC_TIMEOUT:-600} CLIENT_NICE=${CLIENT_NICE:-19}
 OUT=${OUT:-/tmp/ferry-bench-serve.json}
 FERRY_PORT=8443 REST_PORT=8000
 if [ $(( BACKUPS + RESTORES )) -gt "$TENANTS" ]; then echo "BACKUPS + RESTORES > TENANTS" >&2; exit 2; fi
@@ -115,7 +115,7 @@ json.dump({"server": "$col", "url": "$URL", "ca": "$CA", "restic": "$RESTIC", "w
   "backups": $BACKUPS, "restores": $RESTORES, "base_secs": $BASE_SECS, "flood_secs": $FLOOD_SECS,
   "wal_interval": $WAL_INTERVAL, "wal_mib": $WAL_MIB, "backup_mb": $BACKUP_MB, "sync_mb": $SYNC_MB,
   "wal_client": "$WAL_CLIENT", "fast_kdf": $FAST_KDF, "kdf_n": $KDF_N, "maint": $MAINT, "maint_snaps": 10,
-  "maint_timeout": 1800, "sync_timeout": $SYNC_TIMEOUT}, open(sys.argv[1], "w"))
+  "maint_timeout": 1800, "sync_timeout": $SYNC_TIMEOUT, "client_nice": $CLIENT_NICE}, open(sys.argv[1], "w"))
 PY
   nsx python3 bench/serve/drive.py "$run/config.json" "$W/results/$col--$rep.json"
   stop_server
@@ -139,7 +139,7 @@ import json, sys
 json.dump({"tenants": $TENANTS, "backups": $BACKUPS, "restores": $RESTORES, "base_secs": $BASE_SECS,
   "flood_secs": $FLOOD_SECS, "wal_interval": $WAL_INTERVAL, "wal_mib": $WAL_MIB, "backup_mb": $BACKUP_MB,
   "sync_mb": $SYNC_MB, "wal_client": "$WAL_CLIENT", "fast_kdf": $FAST_KDF, "kdf_n": $KDF_N, "repeat": $REPEAT,
-  "targets": "$TARGETS", "profile": "$PROFILE", "rtt_ms": $RTT_MS, "conn_mbps": $CONN_MBPS, "agg_mbps": $AGG_MBPS,
+  "client_nice": $CLIENT_NICE, "targets": "$TARGETS", "profile": "$PROFILE", "rtt_ms": $RTT_MS, "conn_mbps": $CONN_MBPS, "agg_mbps": $AGG_MBPS,
   "rest_server": "$REST_VERSION", "restic": "$RESTIC_VERSION", "load_start": "$LOAD_START",
   "load_end": "$(cut -d' ' -f1 /proc/loadavg)"}, open(sys.argv[1], "w"))
 PY

@@ -181,7 +181,8 @@ print(f"\nferry serve vs rest-server {meta['rest_server']}, clients restic {meta
       f"{meta['tenants']} tenants ({meta['backups']} backing up {meta['backup_mb']} MB of fresh data a run, "
       f"{meta['restores']} restoring {meta['backup_mb']} MB), WAL {meta['wal_mib']} MiB every {meta['wal_interval']} s "
       f"via {meta['wal_client']}; {meta['base_secs']} s alone, {meta['flood_secs']} s flood; sync start "
-      f"{meta['sync_mb']} MB each; medians of {meta['repeat']} run(s); load {meta['load_start']} -> {meta['load_end']}")
+      f"{meta['sync_mb']} MB each; medians of {meta['repeat']} run(s); load {meta['load_start']} -> {meta['load_end']}; "
+      f"backup/restore clients at nice {meta.get('client_nice', 0)}")
 if "ferry-s3" in cols:
     print(f"ferry serve s3: backend MinIO through PROFILE={meta['profile']} (RTT {meta['rtt_ms']} ms, "
           f"{meta['conn_mbps']} MB/s per connection, {meta['agg_mbps']} MB/s aggregate); rest-server stores only "

@@ -13,7 +13,6 @@ pub mod route;
 pub mod sched;
 pub mod server;
 pub mod store;
-mod yielding;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -90,8 +90,8 @@ impl Default for Metrics {
             retries.clone(),
         );
         registry.register(
-            "bulk_slots",
-            "Slots the bulk classes may hold now (fewer while urgent transfers run late)",
+            "backend_bulk_limit",
+            "Backend requests the bulk classes may have in flight now (fewer while urgent writes run late)",
             bulk_limit.clone(),
         );
         Metrics {
@@ -162,11 +162,11 @@ impl Metrics {
             .observe(d.as_secs_f64());
     }
 
-    /// The text exposition, queue depths read from `sched` and the backend's retries from
-    /// `retries` now.
-    pub fn encode(&self, sched: &Scheduler, retries: u64) -> String {
+    /// The text exposition, queue depths read from `sched`, and the backend's retries and
+    /// bulk limit as the transfer engine has them now.
+    pub fn encode(&self, sched: &Scheduler, retries: u64, bulk_limit: usize) -> String {
         self.retries.set(i64::try_from(retries).unwrap_or(i64::MAX));
-        self.bulk_limit.set(sched.bulk_limit() as i64);
+        self.bulk_limit.set(bulk_limit as i64);
         self.depth.clear();
         for (t, c, n) in sched.depths() {
             self.depth.get_or_create(&who(&t, c)).set(n as i64);

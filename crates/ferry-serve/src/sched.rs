@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use crate::yielding::BulkLimit;
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
@@ -115,9 +114,9 @@ struct State {
     running: usize,
     /// Slots held by the classes below urgent.
     bulk: usize,
-    /// How many they may hold now: at most all but an eighth of the slots, fewer while
-    /// urgent transfers run late.
-    limit: BulkLimit,
+    /// How many they may hold: all but an eighth of the slots. (On the wire below, the
+    /// transfer engine holds bulk back while urgent writes run late.)
+    bulk_max: usize,
     classes: [Ring; 4],
 }
 
@@ -135,20 +134,6 @@ struct Ring {
 pub struct Permit {
     sched: Arc<Scheduler>,
     urgent: bool,
-    /// When the slot was asked for.
-    asked: Instant,
-}
-
-impl Permit {
-    /// Gives the slot back after moving `bytes`: an urgent transfer's time tells the bulk
-    /// classes whether to yield (see [`crate::yielding`]).
-    pub fn done(self, bytes: u64) {
-        if self.urgent {
-            let mut st = self.sched.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.limit
-                .urgent_done(self.asked.elapsed(), bytes, Instant::now());
-        }
-    }
 }
 
 impl Drop for Permit {
@@ -191,7 +176,7 @@ impl Scheduler {
                 // An eighth of the slots (one at the least, none of one) is kept for urgent
                 // work: long bulk transfers holding every slot would otherwise hold up a WAL
                 // segment until one of them ends (seconds over a WAN).
-                limit: BulkLimit::new(slots - (slots / 8).max(1).min(slots - 1)),
+                bulk_max: slots - (slots / 8).max(1).min(slots - 1),
             }),
         })
     }
@@ -200,18 +185,16 @@ impl Scheduler {
     /// full.
     pub async fn admit(self: &Arc<Self>, tenant: &str, class: Class) -> Result<Permit, Busy> {
         let urgent = class == Class::Urgent;
-        let asked = Instant::now();
         let rx = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             // Waiters exist only while every slot the class may use runs: a free one is taken
             // at once.
-            if st.running < self.slots && (urgent || st.bulk < st.limit.get()) {
+            if st.running < self.slots && (urgent || st.bulk < st.bulk_max) {
                 st.running += 1;
                 st.bulk += usize::from(!urgent);
                 return Ok(Permit {
                     sched: self.clone(),
                     urgent,
-                    asked,
                 });
             }
             let ring = &mut st.classes[class as usize];
@@ -243,7 +226,6 @@ impl Scheduler {
             Ok(()) => Ok(Permit {
                 sched: self.clone(),
                 urgent,
-                asked,
             }),
             Err(_) => Err(self.busy()),
         }
@@ -268,14 +250,13 @@ impl Scheduler {
         out
     }
 
-    /// A slot comes free: waiters that may run take the free slots (more than this one
-    /// when the bulk limit has grown meanwhile), or it goes back.
+    /// A slot comes free: a waiter that may run takes it, or it goes back.
     fn release(&self, urgent: bool) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.running -= 1;
         st.bulk -= usize::from(!urgent);
         while st.running < self.slots {
-            let bulk_may = st.bulk < st.limit.get();
+            let bulk_may = st.bulk < st.bulk_max;
             let Some((tx, c)) = st.next(&mut rand::rng(), bulk_may) else {
                 return;
             };
@@ -287,19 +268,6 @@ impl Scheduler {
                 st.bulk -= bulk;
             }
         }
-    }
-
-    /// Whether the bulk classes yield slots to late urgent transfers (see
-    /// [`crate::yielding`]); on unless turned off.
-    pub fn set_yielding(&self, on: bool) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.limit.set_on(on);
-    }
-
-    /// Slots the bulk classes may hold now.
-    pub fn bulk_limit(&self) -> usize {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.limit.get()
     }
 }
 
@@ -443,67 +411,6 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), ["restore"]);
     }
 
-    /// Tells `s`'s bulk limit that `n` urgent transfers of 1 MiB took `ms` each, a step
-    /// apart on the clock `now`.
-    fn urgent_took(s: &Scheduler, now: &mut Instant, ms: u64, n: usize) {
-        let mut st = s.state.lock().unwrap();
-        for _ in 0..n {
-            *now += Duration::from_millis(300);
-            st.limit
-                .urgent_done(Duration::from_millis(ms), 1 << 20, *now);
-        }
-    }
-
-    #[tokio::test]
-    async fn bulk_work_yields_slots_while_urgent_transfers_run_late() {
-        let s = Scheduler::new(&limits(64, 100));
-        assert_eq!(s.bulk_limit(), 56);
-        let mut now = Instant::now();
-        urgent_took(&s, &mut now, 200, 2);
-        urgent_took(&s, &mut now, 2000, 30);
-        assert_eq!(s.bulk_limit(), 3);
-        let held: Vec<_> = futures::future::join_all((0..3).map(|_| s.admit("a", Class::Backup)))
-            .await
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
-        // Four restores wait, each to hold its slot until told.
-        let (admitted, go) = (
-            Arc::new(Mutex::new(0)),
-            Arc::new(tokio::sync::Notify::new()),
-        );
-        let waiting: Vec<_> = (0..4)
-            .map(|_| {
-                let (s, admitted, go) = (s.clone(), admitted.clone(), go.clone());
-                tokio::spawn(async move {
-                    let p = s.admit("b", Class::Restore).await.unwrap();
-                    *admitted.lock().unwrap() += 1;
-                    go.notified().await;
-                    drop(p);
-                })
-            })
-            .collect();
-        settle().await;
-        assert_eq!(*admitted.lock().unwrap(), 0, "bulk past its limit");
-        // Urgent work still runs at once.
-        drop(s.admit("w", Class::Urgent).await.unwrap());
-        // On time again: the limit grows to 7, and one slot coming free lets in all four.
-        urgent_took(&s, &mut now, 200, 4);
-        assert_eq!(s.bulk_limit(), 7);
-        let mut held = held;
-        held.pop();
-        settle().await;
-        assert_eq!(
-            *admitted.lock().unwrap(),
-            4,
-            "one release let in one waiter"
-        );
-        go.notify_waiters();
-        for h in waiting {
-            h.await.unwrap();
-        }
-    }
-
     #[tokio::test]
     async fn a_full_queue_is_refused_at_once() {
         let s = Scheduler::new(&limits(1, 2));
@@ -533,7 +440,7 @@ mod tests {
         let mut st = State {
             running: 0,
             bulk: 0,
-            limit: BulkLimit::new(1),
+            bulk_max: 1,
             classes: Default::default(),
         };
         let mut rng = rand::rng();

@@ -155,15 +155,9 @@ impl Server {
         // a quarter of the reserve, one WAL segment at the least.
         let share = (body_memory / 4).max(max_body);
         let urgent_share = (reserve / 4).max((16 << 20) + (64 << 10)).min(reserve);
-        let local = backend.is_local();
         Ok(Server {
             objects: Objects::new(backend, base, &cfg.tenants, max_body, share, urgent_share),
-            sched: {
-                let s = Scheduler::new(&cfg.limits);
-                // The link is what bulk slots share with the WAL; a local disk is not.
-                s.set_yielding(!local);
-                s
-            },
+            sched: Scheduler::new(&cfg.limits),
             metrics: Metrics::default(),
             bodies: Arc::new(Semaphore::new(kib(body_memory - reserve) as usize)),
             urgent: Arc::new(Semaphore::new(kib(reserve) as usize)),
@@ -260,7 +254,11 @@ impl Server {
                 return match open {
                     true => reply(
                         200,
-                        self.metrics.encode(&self.sched, self.objects.retries()),
+                        self.metrics.encode(
+                            &self.sched,
+                            self.objects.retries(),
+                            self.objects.bulk_limit(),
+                        ),
                     ),
                     false => refuse(&Refused::new(401, "a token is needed")),
                 };
@@ -364,11 +362,7 @@ impl Server {
             Ok(rep) => rep,
             Err(e) => refuse(&e),
         };
-        // Only a write that was stored tells the bulk classes whether to yield: a refused
-        // one took no time for its bytes, and reads run at another speed than writes.
-        let stored =
-            matches!(r.op, Op::Put { .. } | Op::PutPart { .. }) && reply.status().is_success();
-        permit.done(if stored { done.bytes_in } else { 0 });
+        drop(permit);
         done.service = served.elapsed();
         self.metrics.backend(r.op.name(), done.service);
         (reply, done)

@@ -154,6 +154,11 @@ impl Objects {
         self.backend.report().retries
     }
 
+    /// Backend requests the bulk classes may have in flight now.
+    pub fn bulk_limit(&self) -> usize {
+        self.backend.bulk_limit()
+    }
+
     /// The largest body one request may carry.
     pub fn max_body(&self) -> u64 {
         self.max_body

@@ -14,6 +14,7 @@ pub mod retry;
 pub mod scheduler;
 mod stream;
 mod tuner;
+mod yielding;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -175,6 +176,23 @@ impl Engine {
     {
         let _slot = self.slot_for(store, class).await;
         self.retry(what, bytes, op).await
+    }
+
+    /// [`Engine::request_to`] for a write: an urgent one to a remote store tells the
+    /// scheduler how long it took, so that bulk work yields while urgent writes run late.
+    pub(crate) async fn write_to<T, F, Fut>(
+        &self, store: &SharedStore, class: Class, what: &str, bytes: u64, op: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let started = std::time::Instant::now();
+        let r = self.request_to(store, class, what, bytes, op).await;
+        if r.is_ok() && class == Class::Urgent && !store.is_local() {
+            self.sched.urgent_written(bytes, started.elapsed());
+        }
+        r
     }
 
     /// A slot in `class` for a request to `store`, none for local disk: a slot counts

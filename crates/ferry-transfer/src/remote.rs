@@ -52,6 +52,13 @@ impl Remote {
         self.engine.report()
     }
 
+    /// Bulk requests the engine lets on the wire now (see [`Scheduler::bulk_limit`]).
+    ///
+    /// [`Scheduler::bulk_limit`]: crate::Scheduler::bulk_limit
+    pub fn bulk_limit(&self) -> usize {
+        self.engine.sched.bulk_limit()
+    }
+
     /// Where the store points, for messages.
     pub fn url(&self) -> String {
         self.store.url()

@@ -4,9 +4,12 @@
 //! [`BULK_SHARE`] grants while both wait, so it never starves (the Tarsnap lesson: a queue that
 //! never runs clogs everything behind it). Buffered bytes are capped by a memory budget.
 //!
-//! The tuner's limit is the knee for throughput; urgent requests also have [`URGENT_RESERVE`]
-//! slots beyond it, so that a WAL segment never waits for a backup's block to finish (seconds
-//! on a busy WAN), nor for a limit the tuner stepped down while the bulk work was slow to come.
+//! The tuner's limit is the knee for throughput; while bulk requests hold slots, urgent ones
+//! may borrow up to [`URGENT_RESERVE`] beyond it, so that a WAL segment never waits for a
+//! backup's block to finish (seconds on a busy WAN), nor for a limit the tuner stepped down
+//! while the bulk work was slow to come.
+//! Bulk requests in flight are also held below the limit while urgent writes run late
+//! ([`crate::yielding`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,11 +19,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::tuner::{Reading, Tuner, RAMP_FROM};
+use crate::yielding::BulkCap;
 
 /// Bulk's share while urgent work waits: one grant in this many.
 pub const BULK_SHARE: u32 = 4;
 
-/// Urgent requests in flight that may run beyond the tuner's limit. Measured behind `ferry
+/// Urgent requests in flight that may run beyond the tuner's limit while bulk ones hold
+/// slots. Measured behind `ferry
 /// serve` (50 tenants pushing 1 MiB of WAL a second over the wan profile during a flood of
 /// backups): the limit stood at 5-13 for half a minute while about ten pushes were on the
 /// wire at any time, and a push's p99 was 4 s of waiting for a slot beside 0.7 s of request.
@@ -46,13 +51,38 @@ struct Slots {
     bulk: VecDeque<oneshot::Sender<Slot>>,
     urgent_streak: u32,
     tuner: Tuner,
+    /// Bulk requests in flight, at most; cut while urgent writes run late.
+    bulk_cap: BulkCap,
 }
 
 impl Slots {
-    /// Whether a request of `class` may start now, waiters aside.
+    /// Whether a request of `class` may start now, waiters aside. Urgent requests run within
+    /// the tuner's limit, and beyond it up to their reserve while bulk requests hold slots
+    /// (they borrow bulk's; alone, the WAL is held to the knee the tuner finds for it). Bulk
+    /// ones run within the limit and their cap ([`crate::yielding`]), and one at any time, so
+    /// that a stream of urgent work never starves them. Never past the most the tuner may
+    /// reach (a fixed limit is fixed).
     fn room(&self, class: Class) -> bool {
-        self.in_flight < self.tuner.limit()
-            || (class == Class::Urgent && self.urgent_in_flight < URGENT_RESERVE)
+        let (limit, max) = (self.tuner.limit(), self.tuner.max());
+        let bulk = self.in_flight - self.urgent_in_flight;
+        match class {
+            Class::Urgent => {
+                self.in_flight < limit
+                    || (bulk > 0 && self.urgent_in_flight < URGENT_RESERVE && self.in_flight < max)
+            }
+            Class::Bulk => {
+                (self.in_flight < limit && bulk < self.bulk_cap.get(limit))
+                    || (bulk == 0 && self.in_flight < max)
+            }
+        }
+    }
+
+    /// Whether requests that wait now wait for the tuner's limit, so that it binds; bulk
+    /// requests held back by their cap alone say nothing about the link's knee (counted, the
+    /// tuner saw no gain from probes the cap kept bulk work out of, and stepped its limit
+    /// down to 2 while the WAL ran in the reserve: bulk work stopped).
+    fn limit_binds(&self) -> bool {
+        self.in_flight >= self.tuner.limit()
     }
 
     /// The next waiter to serve, by class and share, with its class; none while no class
@@ -133,6 +163,7 @@ impl Scheduler {
                 bulk: VecDeque::new(),
                 urgent_streak: 0,
                 tuner: Tuner::new(concurrency, max, fixed).ramped(RAMP_FROM),
+                bulk_cap: BulkCap::new(),
             }),
             memory: Arc::new(Semaphore::new(memory)),
             memory_total: memory,
@@ -183,7 +214,9 @@ impl Scheduler {
                     class,
                 };
             }
-            s.tuner.note_waiting();
+            if s.limit_binds() {
+                s.tuner.note_waiting();
+            }
             let (tx, rx) = oneshot::channel();
             match class {
                 Class::Urgent => s.urgent.push_back(tx),
@@ -209,6 +242,30 @@ impl Scheduler {
     /// Current limit of requests in flight.
     pub fn limit(&self) -> usize {
         self.slots.lock().unwrap().tuner.limit()
+    }
+
+    /// Bulk requests that may be in flight now: the limit, or fewer while urgent writes run
+    /// late.
+    pub fn bulk_limit(&self) -> usize {
+        let s = self.slots.lock().unwrap();
+        s.bulk_cap.get(s.tuner.limit())
+    }
+
+    /// An urgent write of `bytes` to a remote store took `took`, its slot wait included:
+    /// late, it holds bulk work back; on time, it lets more in.
+    pub fn urgent_written(self: &Arc<Self>, bytes: u64, took: Duration) {
+        self.urgent_written_at(bytes, took, Instant::now());
+    }
+
+    fn urgent_written_at(self: &Arc<Self>, bytes: u64, took: Duration, now: Instant) {
+        let grew = {
+            let mut s = self.slots.lock().unwrap();
+            let limit = s.tuner.limit();
+            s.bulk_cap.urgent_done(took, bytes, now, limit)
+        };
+        if grew {
+            self.dispatch();
+        }
     }
 
     /// Most requests that were ever in flight at once.
@@ -265,7 +322,10 @@ async fn tick(sched: Weak<Scheduler>) {
                 wire,
                 done,
                 in_flight: slots.in_flight,
-                waiting: slots.urgent.len() + slots.bulk.len(),
+                waiting: match slots.limit_binds() {
+                    true => slots.urgent.len() + slots.bulk.len(),
+                    false => 0,
+                },
                 finished,
                 block,
             };
@@ -329,9 +389,17 @@ mod tests {
             .ok()
     }
 
+    /// A scheduler whose limit the tuner may raise up to `max` but never moves here (its
+    /// clock is not started).
+    fn untuned(limit: usize, max: usize) -> Arc<Scheduler> {
+        let s = Scheduler::new(limit, max, false, 1 << 20);
+        s.ticking.set(()).expect("not started");
+        s
+    }
+
     #[tokio::test]
-    async fn urgent_requests_run_beyond_a_full_limit_up_to_the_reserve() {
-        let s = Scheduler::new(1, 1, true, 1 << 20);
+    async fn urgent_requests_borrow_bulk_slots_up_to_the_reserve() {
+        let s = untuned(1, 64);
         let bulk = s.slot(Class::Bulk).await;
         assert!(given(&s, Class::Bulk).await.is_none(), "the limit is 1");
         let mut urgent = Vec::new();
@@ -344,18 +412,73 @@ mod tests {
             let s = s.clone();
             async move { s.slot(Class::Urgent).await }
         });
-        tokio::task::yield_now().await;
-        drop(bulk);
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert!(!next.is_finished(), "ran past a full reserve");
         urgent.pop();
         let next = tokio::time::timeout(std::time::Duration::from_secs(5), next).await;
         assert!(next.is_ok(), "a freed reserve slot was not handed on");
-        // Urgent slots held beyond the limit keep bulk out until they end.
-        assert!(given(&s, Class::Bulk).await.is_none());
-        drop(next);
-        urgent.clear();
-        assert!(given(&s, Class::Bulk).await.is_some());
+        // Urgent requests beyond the limit leave bulk work one request at a time.
+        drop(bulk);
+        let one = given(&s, Class::Bulk).await;
+        assert!(one.is_some(), "bulk work starved behind urgent work");
+        assert!(
+            given(&s, Class::Bulk).await.is_none(),
+            "bulk past its limit"
+        );
+        drop((next, urgent, one));
+    }
+
+    #[tokio::test]
+    async fn urgent_work_alone_is_held_to_the_limit() {
+        // A WAL agent on its own: the tuner's knee is its bound, as for any transfer.
+        let s = untuned(2, 64);
+        let held = [s.slot(Class::Urgent).await, s.slot(Class::Urgent).await];
+        assert!(
+            given(&s, Class::Urgent).await.is_none(),
+            "past the limit with no bulk"
+        );
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn a_fixed_limit_holds_urgent_work_too() {
+        let s = Scheduler::new(2, 2, true, 1 << 20);
+        let held = [s.slot(Class::Bulk).await, s.slot(Class::Urgent).await];
+        assert!(
+            given(&s, Class::Urgent).await.is_none(),
+            "past --concurrency 2"
+        );
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn bulk_waits_while_urgent_writes_run_late() {
+        let s = Scheduler::new(8, 8, true, 1 << 20);
+        let mut now = Instant::now();
+        let mut wrote = |s: &Arc<Scheduler>, ms: u64| {
+            now += Duration::from_millis(300);
+            s.urgent_written_at(1 << 20, Duration::from_millis(ms), now);
+        };
+        // The first sets the least; five late ones cut bulk to its floor.
+        for ms in [200, 2000, 2000, 2000, 2000, 2000] {
+            wrote(&s, ms);
+        }
+        assert_eq!(s.bulk_limit(), 2);
+        let held = [s.slot(Class::Bulk).await, s.slot(Class::Bulk).await];
+        assert!(given(&s, Class::Bulk).await.is_none(), "bulk past its cap");
+        let urgent = given(&s, Class::Urgent).await;
+        assert!(urgent.is_some(), "urgent work waited for bulk's cap");
+        // On time again: one more bulk request may run, and the one waiting is let in.
+        let waiter = tokio::spawn({
+            let s = s.clone();
+            async move { s.slot(Class::Bulk).await }
+        });
+        tokio::task::yield_now().await;
+        wrote(&s, 200);
+        assert_eq!(s.bulk_limit(), 3);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+        assert!(got.is_ok(), "a grown cap did not let the waiter in");
+        drop((held, urgent));
     }
 
     #[tokio::test]

@@ -165,7 +165,7 @@ impl Engine {
             .and_then(|k| digest::compose(k, &sums, true));
         let meta = meta_with(plan, got.as_deref());
         let what = format!("write {key}");
-        self.request_to(dst, class, &what, data.len() as u64, || {
+        self.write_to(dst, class, &what, data.len() as u64, || {
             dst.put(key, data.clone(), &meta)
         })
         .await
@@ -180,7 +180,7 @@ impl Engine {
         let sum = sum_of(&data, Need::for_copy(None, dst.digest_kind())).await;
         let what = format!("write {} block {idx}", up.key);
         let id = self
-            .request_to(&dst, class, &what, len, || {
+            .write_to(&dst, class, &what, len, || {
                 dst.put_block(&up, idx, off, data.clone())
             })
             .await?;

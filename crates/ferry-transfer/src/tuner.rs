@@ -223,6 +223,11 @@ impl Tuner {
         self.limit
     }
 
+    /// The most requests the limit may ever reach (the limit itself when fixed).
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
     pub(crate) fn note_waiting(&mut self) {
         self.starved = true;
     }
