@@ -102,7 +102,7 @@ impl Engine {
                 .and_then(|k| digest::compose(k, &sums, true));
             let meta = meta_with(plan, got.as_deref());
             let what = format!("write {dst_key}");
-            self.request_to(dst, class, &what, size, || {
+            self.write_to(dst, class, &what, size, || {
                 dst.put(dst_key, data.clone(), &meta)
             })
             .await?;

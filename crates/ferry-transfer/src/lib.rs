@@ -179,7 +179,9 @@ impl Engine {
     }
 
     /// [`Engine::request_to`] for a write: an urgent one to a remote store tells the
-    /// scheduler how long it took, so that bulk work yields while urgent writes run late.
+    /// scheduler how long it took on the wire, so that bulk work yields while urgent writes
+    /// run late. Timed from its slot (waiting for one is urgent work queueing behind itself),
+    /// and not told when a retry ran meanwhile (a backoff is not the link's pace).
     pub(crate) async fn write_to<T, F, Fut>(
         &self, store: &SharedStore, class: Class, what: &str, bytes: u64, op: F,
     ) -> Result<T>
@@ -187,9 +189,14 @@ impl Engine {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let started = std::time::Instant::now();
-        let r = self.request_to(store, class, what, bytes, op).await;
-        if r.is_ok() && class == Class::Urgent && !store.is_local() {
+        let _slot = self.slot_for(store, class).await;
+        let (started, retries) = (
+            std::time::Instant::now(),
+            self.stats.retries.load(Ordering::Relaxed),
+        );
+        let r = self.retry(what, bytes, op).await;
+        let retried = self.stats.retries.load(Ordering::Relaxed) != retries;
+        if r.is_ok() && !retried && class == Class::Urgent && !store.is_local() {
             self.sched.urgent_written(bytes, started.elapsed());
         }
         r

@@ -1,15 +1,16 @@
 //! One pool of request slots per process, shared by every transfer, in two priority classes.
 //!
-//! `Urgent` work (WAL) is served first; `Bulk` work (backups) still gets one slot in every
-//! [`BULK_SHARE`] grants while both wait, so it never starves (the Tarsnap lesson: a queue that
-//! never runs clogs everything behind it). Buffered bytes are capped by a memory budget.
+//! `Urgent` work (WAL) is served first; `Bulk` work (backups) gets one slot in every
+//! [`BULK_SHARE`] grants while both wait and it has room, and always one request in flight,
+//! so it never starves (the Tarsnap lesson: a queue that never runs clogs everything behind
+//! it). Buffered bytes are capped by a memory budget.
 //!
 //! The tuner's limit is the knee for throughput; while bulk requests hold slots, urgent ones
-//! may borrow up to [`URGENT_RESERVE`] beyond it, so that a WAL segment never waits for a
-//! backup's block to finish (seconds on a busy WAN), nor for a limit the tuner stepped down
-//! while the bulk work was slow to come.
-//! Bulk requests in flight are also held below the limit while urgent writes run late
-//! ([`crate::yielding`]).
+//! may run beyond it as long as fewer than [`URGENT_RESERVE`] urgent requests are in flight, so
+//! that a WAL segment never waits for a backup's block to finish (seconds on a busy WAN), nor
+//! for a limit the tuner stepped down while the bulk work was slow to come. Bulk requests in
+//! flight are also held below the limit while urgent writes run late (`yielding.rs`, after
+//! LEDBAT), and get the whole limit back once urgent work is quiet.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -24,11 +25,11 @@ use crate::yielding::BulkCap;
 /// Bulk's share while urgent work waits: one grant in this many.
 pub const BULK_SHARE: u32 = 4;
 
-/// Urgent requests in flight that may run beyond the tuner's limit while bulk ones hold
-/// slots. Measured behind `ferry
-/// serve` (50 tenants pushing 1 MiB of WAL a second over the wan profile during a flood of
-/// backups): the limit stood at 5-13 for half a minute while about ten pushes were on the
-/// wire at any time, and a push's p99 was 4 s of waiting for a slot beside 0.7 s of request.
+/// While bulk requests hold slots, an urgent request may start beyond the tuner's limit if
+/// fewer than this many urgent requests are in flight. Measured behind `ferry serve` (50
+/// tenants pushing 1 MiB of WAL a second over the wan profile during a flood of backups): the
+/// limit stood at 5-13 for half a minute while about ten pushes were on the wire at any time,
+/// and a push's p99 was 4 s of waiting for a slot beside 0.7 s of request.
 /// A WAL agent pushes at most 8 segments at once; a server's urgent work is bounded by its own
 /// slots.
 pub const URGENT_RESERVE: usize = 16;
@@ -47,12 +48,17 @@ struct Slots {
     in_flight: usize,
     /// Of `in_flight`, urgent requests.
     urgent_in_flight: usize,
+    /// Of `in_flight`, requests that started beyond the limit (borrowed by urgent work, or
+    /// bulk's one): not the tuner's, which must not wait for them to drain.
+    beyond: usize,
     urgent: VecDeque<oneshot::Sender<Slot>>,
     bulk: VecDeque<oneshot::Sender<Slot>>,
     urgent_streak: u32,
     tuner: Tuner,
     /// Bulk requests in flight, at most; cut while urgent writes run late.
     bulk_cap: BulkCap,
+    /// When urgent work was last seen (started, waiting or written).
+    urgent_seen: Instant,
 }
 
 impl Slots {
@@ -102,16 +108,33 @@ impl Slots {
         }
     }
 
-    /// Counts a request of `class` in flight.
-    fn start(&mut self, class: Class) {
+    /// Counts a request of `class` in flight; true when it starts beyond the limit.
+    fn start(&mut self, class: Class) -> bool {
+        let beyond = self.in_flight >= self.tuner.limit();
         self.in_flight += 1;
-        self.urgent_in_flight += usize::from(class == Class::Urgent);
+        self.beyond += usize::from(beyond);
+        if class == Class::Urgent {
+            self.urgent_in_flight += 1;
+            self.urgent_seen = Instant::now();
+        }
+        beyond
     }
 
-    /// Counts a request of `class` ended.
-    fn end(&mut self, class: Class) {
+    /// Counts a request of `class` ended (`beyond`: as [`Slots::start`] said).
+    fn end(&mut self, class: Class, beyond: bool) {
         self.in_flight -= 1;
+        self.beyond -= usize::from(beyond);
         self.urgent_in_flight -= usize::from(class == Class::Urgent);
+    }
+
+    /// Hands bulk work the whole limit again once urgent work has been quiet for
+    /// [`QUIET`]: a cap cut by a burst of WAL must not outlast it. True when it did.
+    fn quiet(&mut self, now: Instant) -> bool {
+        if self.urgent_in_flight > 0 || !self.urgent.is_empty() {
+            self.urgent_seen = now;
+            return false;
+        }
+        now.duration_since(self.urgent_seen) >= QUIET && self.bulk_cap.uncut()
     }
 }
 
@@ -137,6 +160,8 @@ pub struct Scheduler {
 /// How often the tuner looks at the rate: a window ends on time however long requests take.
 /// The start's spans are a few ticks, a few round trips of a long link.
 const TICK: Duration = Duration::from_millis(100);
+/// Urgent work idle this long gives bulk work its whole limit back.
+const QUIET: Duration = Duration::from_secs(1);
 /// Reservations below this are read-ahead stubs and small objects, not blocks.
 const BLOCK_MIN: u64 = 64 << 10;
 
@@ -145,6 +170,7 @@ const BLOCK_MIN: u64 = 64 << 10;
 pub struct Slot {
     sched: Option<Arc<Scheduler>>,
     class: Class,
+    beyond: bool,
 }
 
 /// Bytes of the memory budget, held while a block's buffer lives.
@@ -159,11 +185,13 @@ impl Scheduler {
             slots: Mutex::new(Slots {
                 in_flight: 0,
                 urgent_in_flight: 0,
+                beyond: 0,
                 urgent: VecDeque::new(),
                 bulk: VecDeque::new(),
                 urgent_streak: 0,
                 tuner: Tuner::new(concurrency, max, fixed).ramped(RAMP_FROM),
                 bulk_cap: BulkCap::new(),
+                urgent_seen: Instant::now(),
             }),
             memory: Arc::new(Semaphore::new(memory)),
             memory_total: memory,
@@ -207,11 +235,12 @@ impl Scheduler {
             // Urgent requests pass waiting bulk ones; none passes its own class.
             let queued = !s.urgent.is_empty() || (class == Class::Bulk && !s.bulk.is_empty());
             if !queued && s.room(class) {
-                s.start(class);
+                let beyond = s.start(class);
                 self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
                 return Slot {
                     sched: Some(self.clone()),
                     class,
+                    beyond,
                 };
             }
             if s.limit_binds() {
@@ -224,6 +253,9 @@ impl Scheduler {
             }
             rx
         };
+        // Queued behind the other class's waiters, this one may still have room of its own
+        // (bulk's one request while urgent ones wait): it is not left for the next release.
+        self.dispatch();
         rx.await.expect("the scheduler outlives its waiters")
     }
 
@@ -273,30 +305,31 @@ impl Scheduler {
         self.peak.load(Ordering::Relaxed)
     }
 
-    fn release(self: &Arc<Self>, class: Class) {
-        self.slots.lock().unwrap().end(class);
+    fn release(self: &Arc<Self>, class: Class, beyond: bool) {
+        self.slots.lock().unwrap().end(class, beyond);
         self.dispatch();
     }
 
     /// Hands free slots to waiters, skipping those that gave up waiting.
     fn dispatch(self: &Arc<Self>) {
         loop {
-            let (tx, class) = {
+            let (tx, class, beyond) = {
                 let mut s = self.slots.lock().unwrap();
                 let Some((tx, class)) = s.next_waiter() else {
                     return;
                 };
-                s.start(class);
+                let beyond = s.start(class);
                 self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
-                (tx, class)
+                (tx, class, beyond)
             };
             if let Err(mut slot) = tx.send(Slot {
                 sched: Some(self.clone()),
                 class,
+                beyond,
             }) {
                 // The waiter was cancelled: take the slot back without recursing.
                 slot.sched = None;
-                self.slots.lock().unwrap().end(class);
+                self.slots.lock().unwrap().end(class, beyond);
             }
         }
     }
@@ -321,7 +354,7 @@ async fn tick(sched: Weak<Scheduler>) {
             let r = Reading {
                 wire,
                 done,
-                in_flight: slots.in_flight,
+                in_flight: slots.in_flight - slots.beyond,
                 waiting: match slots.limit_binds() {
                     true => slots.urgent.len() + slots.bulk.len(),
                     false => 0,
@@ -329,7 +362,9 @@ async fn tick(sched: Weak<Scheduler>) {
                 finished,
                 block,
             };
-            slots.tuner.tick(r, Instant::now())
+            let now = Instant::now();
+            let grew = slots.tuner.tick(r, now);
+            slots.quiet(now) || grew
         };
         if grew {
             s.dispatch();
@@ -340,7 +375,7 @@ async fn tick(sched: Weak<Scheduler>) {
 impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(s) = self.sched.take() {
-            s.release(self.class);
+            s.release(self.class, self.beyond);
         }
     }
 }
@@ -507,18 +542,62 @@ mod tests {
 
     #[tokio::test]
     async fn cancelled_waiters_do_not_leak_slots() {
-        let s = Scheduler::new(1, 1, true, 1 << 20);
-        let held = s.slot(Class::Bulk).await;
-        let waiter = tokio::spawn({
+        for class in [Class::Bulk, Class::Urgent] {
+            let s = Scheduler::new(1, 1, true, 1 << 20);
+            let held = s.slot(class).await;
+            let waiter = tokio::spawn({
+                let s = s.clone();
+                async move { s.slot(class).await }
+            });
+            tokio::task::yield_now().await;
+            waiter.abort();
+            let _ = waiter.await;
+            drop(held);
+            let again = tokio::time::timeout(Duration::from_secs(5), s.slot(class)).await;
+            assert!(again.is_ok(), "{class:?} slot leaked by a cancelled waiter");
+            drop(again);
+            let st = s.slots.lock().unwrap();
+            assert_eq!((st.in_flight, st.urgent_in_flight, st.beyond), (0, 0, 0));
+        }
+    }
+
+    #[tokio::test]
+    async fn bulk_queued_behind_urgent_waiters_takes_its_one_request_at_once() {
+        let s = untuned(1, 64);
+        let first = s.slot(Class::Urgent).await;
+        // Alone, urgent work waits for the limit...
+        let urgent = tokio::spawn({
             let s = s.clone();
-            async move { s.slot(Class::Bulk).await }
+            async move { s.slot(Class::Urgent).await }
         });
         tokio::task::yield_now().await;
-        waiter.abort();
-        let _ = waiter.await;
+        assert!(!urgent.is_finished());
+        // ...a bulk request behind it runs (its one), and the urgent one borrows beside it.
+        let bulk = given(&s, Class::Bulk).await;
+        assert!(bulk.is_some(), "bulk waited for an urgent request to end");
+        let urgent = tokio::time::timeout(Duration::from_secs(5), urgent).await;
+        assert!(urgent.is_ok(), "urgent work did not borrow beside bulk");
+        assert_eq!(s.slots.lock().unwrap().beyond, 2);
+        drop((first, bulk, urgent));
+    }
+
+    #[tokio::test]
+    async fn a_cut_is_lifted_once_urgent_work_is_quiet() {
+        let s = untuned(8, 64);
+        let mut now = Instant::now();
+        for ms in [200, 2000, 2000] {
+            now += Duration::from_millis(300);
+            s.urgent_written_at(1 << 20, Duration::from_millis(ms), now);
+        }
+        assert!(s.bulk_limit() < 8);
+        let held = s.slot(Class::Urgent).await;
+        // Urgent work in flight: the cut stays.
+        assert!(!s.slots.lock().unwrap().quiet(Instant::now()));
         drop(held);
-        let again =
-            tokio::time::timeout(std::time::Duration::from_secs(5), s.slot(Class::Bulk)).await;
-        assert!(again.is_ok(), "slot leaked by a cancelled waiter");
+        let mut st = s.slots.lock().unwrap();
+        let ended = Instant::now();
+        assert!(!st.quiet(ended), "lifted the moment urgent work ended");
+        assert!(st.quiet(ended + QUIET));
+        assert_eq!(st.bulk_cap.get(8), 8);
     }
 }

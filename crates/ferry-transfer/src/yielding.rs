@@ -2,11 +2,13 @@
 //! of the link: with dozens of bulk requests under way, a WAL segment moves at its TCP share
 //! among them (measured behind `ferry serve`, 50 tenants over the wan profile: a 1 MiB push
 //! took 0.2 s alone, 0.7-1.2 s at p99 of its time on the wire under a flood of backups).
-//! LEDBAT's idea, at the scheduler: the time an urgent write takes per byte is compared with
+//! LEDBAT's idea, at the scheduler: the time an urgent write takes per byte (from its slot to
+//! its answer, retried ones not counted) is compared with
 //! the least seen lately for writes of its size; past twice that, the bulk requests that may
 //! be in flight are cut by a quarter, and they grow back by one for each urgent write on time
-//! (uncut once they reach the tuner's limit). Both at most every [`STEP`], so that a cut
-//! shows before the next; bulk keeps a floor, so backups always move.
+//! (uncut once they reach the tuner's limit, or once urgent work is quiet for a second). Both
+//! at most every [`STEP`], so that a cut shows before the next; bulk keeps a floor, so backups
+//! always move.
 //!
 //! Only writes to a remote store count: a local disk has no link to share, and reads run at
 //! another speed than writes. Below the caller's slots, so that a client trickling its WAL
@@ -65,8 +67,13 @@ impl BulkCap {
         }
     }
 
-    /// An urgent write of `bytes` took `took` from asking for its slot to its end, while the
-    /// tuner's limit was `limit`. True when the cap grew.
+    /// Lifts a cut (urgent work went quiet); true when there was one.
+    pub(crate) fn uncut(&mut self) -> bool {
+        self.cap.take().is_some()
+    }
+
+    /// An urgent write of `bytes` took `took` on the wire, while the tuner's limit was
+    /// `limit`. True when the cap grew.
     pub(crate) fn urgent_done(
         &mut self, took: Duration, bytes: u64, now: Instant, limit: usize,
     ) -> bool {
