@@ -104,6 +104,9 @@ pub struct Busy {
 #[derive(Debug)]
 pub struct Scheduler {
     slots: usize,
+    /// Slots the classes below urgent may hold: all but an eighth. (On the wire below, the
+    /// transfer engine holds bulk back while urgent writes run late.)
+    bulk_max: usize,
     queue: usize,
     retry_after: u64,
     state: Mutex<State>,
@@ -114,9 +117,6 @@ struct State {
     running: usize,
     /// Slots held by the classes below urgent.
     bulk: usize,
-    /// How many they may hold: all but an eighth of the slots. (On the wire below, the
-    /// transfer engine holds bulk back while urgent writes run late.)
-    bulk_max: usize,
     classes: [Ring; 4],
 }
 
@@ -167,16 +167,16 @@ impl Scheduler {
         let slots = limits.slots.max(1);
         Arc::new(Scheduler {
             slots,
+            // An eighth of the slots (one at the least, none of one) is kept for urgent work:
+            // long bulk transfers holding every slot would otherwise hold up a WAL segment
+            // until one of them ends (seconds over a WAN).
+            bulk_max: slots - (slots / 8).max(1).min(slots - 1),
             queue: limits.queue.max(1),
             retry_after: limits.retry_after.max(1),
             state: Mutex::new(State {
                 running: 0,
                 bulk: 0,
                 classes: Default::default(),
-                // An eighth of the slots (one at the least, none of one) is kept for urgent
-                // work: long bulk transfers holding every slot would otherwise hold up a WAL
-                // segment until one of them ends (seconds over a WAN).
-                bulk_max: slots - (slots / 8).max(1).min(slots - 1),
             }),
         })
     }
@@ -189,7 +189,7 @@ impl Scheduler {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             // Waiters exist only while every slot the class may use runs: a free one is taken
             // at once.
-            if st.running < self.slots && (urgent || st.bulk < st.bulk_max) {
+            if st.running < self.slots && (urgent || st.bulk < self.bulk_max) {
                 st.running += 1;
                 st.bulk += usize::from(!urgent);
                 return Ok(Permit {
@@ -256,7 +256,7 @@ impl Scheduler {
         st.running -= 1;
         st.bulk -= usize::from(!urgent);
         while st.running < self.slots {
-            let bulk_may = st.bulk < st.bulk_max;
+            let bulk_may = st.bulk < self.bulk_max;
             let Some((tx, c)) = st.next(&mut rand::rng(), bulk_may) else {
                 return;
             };
@@ -440,7 +440,6 @@ mod tests {
         let mut st = State {
             running: 0,
             bulk: 0,
-            bulk_max: 1,
             classes: Default::default(),
         };
         let mut rng = rand::rng();
