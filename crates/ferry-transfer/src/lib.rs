@@ -180,8 +180,9 @@ impl Engine {
 
     /// [`Engine::request_to`] for a write: an urgent one to a remote store tells the
     /// scheduler how long it took on the wire, so that bulk work yields while urgent writes
-    /// run late. Timed from its slot (waiting for one is urgent work queueing behind itself),
-    /// and not told when a retry ran meanwhile (a backoff is not the link's pace).
+    /// run late. Timed from its slot's clock (a wait for the slot counts only when bulk work
+    /// held slots meanwhile, not when urgent work queued behind itself), and not told when a
+    /// retry ran meanwhile (a backoff is not the link's pace).
     pub(crate) async fn write_to<T, F, Fut>(
         &self, store: &SharedStore, class: Class, what: &str, bytes: u64, op: F,
     ) -> Result<T>
@@ -189,9 +190,10 @@ impl Engine {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let _slot = self.slot_for(store, class).await;
+        let slot = self.slot_for(store, class).await;
         let (started, retries) = (
-            std::time::Instant::now(),
+            slot.as_ref()
+                .map_or_else(std::time::Instant::now, scheduler::Slot::clock),
             self.stats.retries.load(Ordering::Relaxed),
         );
         let r = self.retry(what, bytes, op).await;

@@ -70,7 +70,7 @@ impl Slots {
     /// reach (a fixed limit is fixed).
     fn room(&self, class: Class) -> bool {
         let (limit, max) = (self.tuner.limit(), self.tuner.max());
-        let bulk = self.in_flight - self.urgent_in_flight;
+        let bulk = self.bulk_in_flight();
         match class {
             Class::Urgent => {
                 self.in_flight < limit
@@ -106,6 +106,10 @@ impl Slots {
         } else {
             None
         }
+    }
+
+    fn bulk_in_flight(&self) -> usize {
+        self.in_flight - self.urgent_in_flight
     }
 
     /// Counts a request of `class` in flight; true when it starts beyond the limit.
@@ -171,6 +175,10 @@ pub struct Slot {
     sched: Option<Arc<Scheduler>>,
     class: Class,
     beyond: bool,
+    /// When the request's time starts, for judging whether urgent work runs late.
+    clock: Instant,
+    /// Bulk requests held slots when it was granted.
+    bulk_held: bool,
 }
 
 /// Bytes of the memory budget, held while a block's buffer lives.
@@ -230,19 +238,16 @@ impl Scheduler {
     pub async fn slot(self: &Arc<Self>, class: Class) -> Slot {
         self.ticking
             .get_or_init(|| drop(tokio::spawn(tick(Arc::downgrade(self)))));
+        let asked = Instant::now();
+        let bulk_at_ask;
         let rx = {
             let mut s = self.slots.lock().unwrap();
             // Urgent requests pass waiting bulk ones; none passes its own class.
             let queued = !s.urgent.is_empty() || (class == Class::Bulk && !s.bulk.is_empty());
             if !queued && s.room(class) {
-                let beyond = s.start(class);
-                self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
-                return Slot {
-                    sched: Some(self.clone()),
-                    class,
-                    beyond,
-                };
+                return self.granted(&mut s, class);
             }
+            bulk_at_ask = s.bulk_in_flight() > 0;
             if s.limit_binds() {
                 s.tuner.note_waiting();
             }
@@ -256,7 +261,27 @@ impl Scheduler {
         // Queued behind the other class's waiters, this one may still have room of its own
         // (bulk's one request while urgent ones wait): it is not left for the next release.
         self.dispatch();
-        rx.await.expect("the scheduler outlives its waiters")
+        let mut slot = rx.await.expect("the scheduler outlives its waiters");
+        // A wait counts against bulk work only when bulk work held slots meanwhile: eight
+        // WAL segments queueing behind each other are not late because of a backup.
+        if bulk_at_ask || slot.bulk_held {
+            slot.clock = asked;
+        }
+        slot
+    }
+
+    /// Starts a request of `class` in `s` and hands its slot out.
+    fn granted(self: &Arc<Self>, s: &mut Slots, class: Class) -> Slot {
+        let bulk_held = s.bulk_in_flight() > 0;
+        let beyond = s.start(class);
+        self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
+        Slot {
+            sched: Some(self.clone()),
+            class,
+            beyond,
+            clock: Instant::now(),
+            bulk_held,
+        }
     }
 
     /// Counts bytes of a finished request (the tuner's measure for stores that report no
@@ -313,23 +338,17 @@ impl Scheduler {
     /// Hands free slots to waiters, skipping those that gave up waiting.
     fn dispatch(self: &Arc<Self>) {
         loop {
-            let (tx, class, beyond) = {
+            let (tx, slot) = {
                 let mut s = self.slots.lock().unwrap();
                 let Some((tx, class)) = s.next_waiter() else {
                     return;
                 };
-                let beyond = s.start(class);
-                self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
-                (tx, class, beyond)
+                (tx, self.granted(&mut s, class))
             };
-            if let Err(mut slot) = tx.send(Slot {
-                sched: Some(self.clone()),
-                class,
-                beyond,
-            }) {
+            if let Err(mut slot) = tx.send(slot) {
                 // The waiter was cancelled: take the slot back without recursing.
                 slot.sched = None;
-                self.slots.lock().unwrap().end(class, beyond);
+                self.slots.lock().unwrap().end(slot.class, slot.beyond);
             }
         }
     }
@@ -369,6 +388,15 @@ async fn tick(sched: Weak<Scheduler>) {
         if grew {
             s.dispatch();
         }
+    }
+}
+
+impl Slot {
+    /// When this request's time starts, for judging whether urgent work runs late: when it
+    /// asked for its slot if bulk requests held slots while it waited (or as it was
+    /// granted), else when it was granted.
+    pub fn clock(&self) -> Instant {
+        self.clock
     }
 }
 
@@ -599,5 +627,36 @@ mod tests {
         assert!(!st.quiet(ended), "lifted the moment urgent work ended");
         assert!(st.quiet(ended + QUIET));
         assert_eq!(st.bulk_cap.get(8), 8);
+    }
+
+    #[tokio::test]
+    async fn a_slot_wait_counts_only_behind_bulk_work() {
+        let waited = |s: &Arc<Scheduler>| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let asked = Instant::now();
+                let slot = s.slot(Class::Urgent).await;
+                // Granted 50 ms after asking: a clock near the ask started there.
+                (slot.clock() < asked + Duration::from_millis(20), slot)
+            })
+        };
+        // Urgent work alone queues behind itself: its clock starts at the grant.
+        let s = untuned(1, 1);
+        let first = s.slot(Class::Urgent).await;
+        let next = waited(&s);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(first);
+        let (from_ask, slot) = next.await.unwrap();
+        assert!(!from_ask, "a wait behind urgent work alone counted");
+        drop(slot);
+        // Behind a bulk request, the wait counts.
+        let s = untuned(1, 1);
+        let bulk = s.slot(Class::Bulk).await;
+        let next = waited(&s);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(bulk);
+        let (from_ask, slot) = next.await.unwrap();
+        assert!(from_ask, "a wait behind bulk work did not count");
+        drop(slot);
     }
 }
