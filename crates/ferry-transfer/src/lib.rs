@@ -179,10 +179,10 @@ impl Engine {
     }
 
     /// [`Engine::request_to`] for a write: an urgent one to a remote store tells the
-    /// scheduler how long it took on the wire, so that bulk work yields while urgent writes
-    /// run late. Timed from its slot's clock (a wait for the slot counts only when bulk work
-    /// held slots meanwhile, not when urgent work queued behind itself), and not told when a
-    /// retry ran meanwhile (a backoff is not the link's pace).
+    /// scheduler how long it took, so that bulk work yields while urgent writes run late.
+    /// Timed from its slot's clock (a wait for the slot counts only when bulk work caused it,
+    /// not when urgent work queued behind itself), and not told when a retry ran meanwhile (a
+    /// backoff is not the link's pace).
     pub(crate) async fn write_to<T, F, Fut>(
         &self, store: &SharedStore, class: Class, what: &str, bytes: u64, op: F,
     ) -> Result<T>

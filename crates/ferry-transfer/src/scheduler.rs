@@ -59,6 +59,9 @@ struct Slots {
     bulk_cap: BulkCap,
     /// When urgent work was last seen (started, waiting or written).
     urgent_seen: Instant,
+    /// Times a bulk request was let in while urgent ones waited with room (bulk's share):
+    /// each delayed the urgent requests waiting then.
+    urgent_passed: u64,
 }
 
 impl Slots {
@@ -102,6 +105,7 @@ impl Slots {
             Some((self.urgent.pop_front()?, Class::Urgent))
         } else if bulk {
             self.urgent_streak = 0;
+            self.urgent_passed += u64::from(urgent);
             Some((self.bulk.pop_front()?, Class::Bulk))
         } else {
             None
@@ -177,8 +181,8 @@ pub struct Slot {
     beyond: bool,
     /// When the request's time starts, for judging whether urgent work runs late.
     clock: Instant,
-    /// Bulk requests held slots when it was granted.
-    bulk_held: bool,
+    /// [`Slots::urgent_passed`] when it was granted.
+    urgent_passed: u64,
 }
 
 /// Bytes of the memory budget, held while a block's buffer lives.
@@ -200,6 +204,7 @@ impl Scheduler {
                 tuner: Tuner::new(concurrency, max, fixed).ramped(RAMP_FROM),
                 bulk_cap: BulkCap::new(),
                 urgent_seen: Instant::now(),
+                urgent_passed: 0,
             }),
             memory: Arc::new(Semaphore::new(memory)),
             memory_total: memory,
@@ -239,7 +244,7 @@ impl Scheduler {
         self.ticking
             .get_or_init(|| drop(tokio::spawn(tick(Arc::downgrade(self)))));
         let asked = Instant::now();
-        let bulk_at_ask;
+        let (blamed, bulk_mark);
         let rx = {
             let mut s = self.slots.lock().unwrap();
             // Urgent requests pass waiting bulk ones; none passes its own class.
@@ -247,7 +252,13 @@ impl Scheduler {
             if !queued && s.room(class) {
                 return self.granted(&mut s, class);
             }
-            bulk_at_ask = s.bulk_in_flight() > 0;
+            // Bulk work is to blame when, without its slots, this request would have started:
+            // no urgent request ahead of it, and the urgent ones in flight within the limit.
+            blamed = class == Class::Urgent
+                && s.bulk_in_flight() > 0
+                && s.urgent.is_empty()
+                && s.urgent_in_flight < s.tuner.limit();
+            bulk_mark = s.urgent_passed;
             if s.limit_binds() {
                 s.tuner.note_waiting();
             }
@@ -262,9 +273,10 @@ impl Scheduler {
         // (bulk's one request while urgent ones wait): it is not left for the next release.
         self.dispatch();
         let mut slot = rx.await.expect("the scheduler outlives its waiters");
-        // A wait counts against bulk work only when bulk work held slots meanwhile: eight
-        // WAL segments queueing behind each other are not late because of a backup.
-        if bulk_at_ask || slot.bulk_held {
+        // A wait counts against bulk work only when bulk work caused it (held the slots it
+        // needed, or took its share ahead of it meanwhile): eight WAL segments queueing behind
+        // each other, or behind a full reserve, are not late because of a backup.
+        if blamed || slot.urgent_passed != bulk_mark {
             slot.clock = asked;
         }
         slot
@@ -272,7 +284,6 @@ impl Scheduler {
 
     /// Starts a request of `class` in `s` and hands its slot out.
     fn granted(self: &Arc<Self>, s: &mut Slots, class: Class) -> Slot {
-        let bulk_held = s.bulk_in_flight() > 0;
         let beyond = s.start(class);
         self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
         Slot {
@@ -280,7 +291,7 @@ impl Scheduler {
             class,
             beyond,
             clock: Instant::now(),
-            bulk_held,
+            urgent_passed: s.urgent_passed,
         }
     }
 
@@ -308,8 +319,8 @@ impl Scheduler {
         s.bulk_cap.get(s.tuner.limit())
     }
 
-    /// An urgent write of `bytes` to a remote store took `took`, its slot wait included:
-    /// late, it holds bulk work back; on time, it lets more in.
+    /// An urgent write of `bytes` to a remote store took `took`, from its slot's
+    /// [`Slot::clock`]: late, it holds bulk work back; on time, it lets more in.
     pub fn urgent_written(self: &Arc<Self>, bytes: u64, took: Duration) {
         self.urgent_written_at(bytes, took, Instant::now());
     }
@@ -393,8 +404,8 @@ async fn tick(sched: Weak<Scheduler>) {
 
 impl Slot {
     /// When this request's time starts, for judging whether urgent work runs late: when it
-    /// asked for its slot if bulk requests held slots while it waited (or as it was
-    /// granted), else when it was granted.
+    /// asked for its slot if bulk work made it wait (held the slots it would have had when it
+    /// asked, or took its share ahead of it while it waited), else when it was granted.
     pub fn clock(&self) -> Instant {
         self.clock
     }
@@ -629,34 +640,88 @@ mod tests {
         assert_eq!(st.bulk_cap.get(8), 8);
     }
 
+    /// Asks for an urgent slot in a task; the slot once granted.
+    fn ask_urgent(s: &Arc<Scheduler>) -> tokio::task::JoinHandle<Slot> {
+        let s = s.clone();
+        tokio::spawn(async move { s.slot(Class::Urgent).await })
+    }
+
     #[tokio::test]
-    async fn a_slot_wait_counts_only_behind_bulk_work() {
-        let waited = |s: &Arc<Scheduler>| {
-            let s = s.clone();
-            tokio::spawn(async move {
-                let asked = Instant::now();
-                let slot = s.slot(Class::Urgent).await;
-                // Granted 50 ms after asking: a clock near the ask started there.
-                (slot.clock() < asked + Duration::from_millis(20), slot)
-            })
-        };
+    async fn a_slot_wait_counts_only_when_bulk_work_caused_it() {
+        let settle = || tokio::time::sleep(Duration::from_millis(20));
         // Urgent work alone queues behind itself: its clock starts at the grant.
         let s = untuned(1, 1);
         let first = s.slot(Class::Urgent).await;
-        let next = waited(&s);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let next = ask_urgent(&s);
+        settle().await;
+        let released = Instant::now();
         drop(first);
-        let (from_ask, slot) = next.await.unwrap();
-        assert!(!from_ask, "a wait behind urgent work alone counted");
-        drop(slot);
-        // Behind a bulk request, the wait counts.
+        assert!(
+            next.await.unwrap().clock() >= released,
+            "a wait behind urgent work counted"
+        );
+        // A bulk request holds the slot it would have had: the wait counts.
         let s = untuned(1, 1);
         let bulk = s.slot(Class::Bulk).await;
-        let next = waited(&s);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let next = ask_urgent(&s);
+        settle().await;
+        let released = Instant::now();
         drop(bulk);
-        let (from_ask, slot) = next.await.unwrap();
-        assert!(from_ask, "a wait behind bulk work did not count");
-        drop(slot);
+        assert!(
+            next.await.unwrap().clock() < released,
+            "a wait behind bulk work not counted"
+        );
+        // Bulk in flight, but the urgent requests fill the limit and the rest wait for them:
+        // not bulk's doing.
+        let s = untuned(2, 3);
+        let bulk = s.slot(Class::Bulk).await;
+        let held = [s.slot(Class::Urgent).await, s.slot(Class::Urgent).await];
+        let next = ask_urgent(&s);
+        settle().await;
+        let released = Instant::now();
+        let [one, two] = held;
+        drop(one);
+        let slot = next.await.unwrap();
+        assert!(
+            slot.clock() >= released,
+            "a wait behind the urgent ones counted"
+        );
+        drop((bulk, two, slot));
+        // No bulk in flight at the ask; then bulk's share lets a bulk request in ahead of
+        // the urgent ones waiting with room: the wait of those counts, not the earlier ones'.
+        let s = Scheduler::new(2, 2, true, 1 << 20);
+        let mut held = VecDeque::from([s.slot(Class::Urgent).await, s.slot(Class::Urgent).await]);
+        let bulk = tokio::spawn({
+            let s = s.clone();
+            async move { s.slot(Class::Bulk).await }
+        });
+        settle().await;
+        let mut waiting = VecDeque::new();
+        for _ in 0..BULK_SHARE {
+            waiting.push_back(ask_urgent(&s));
+            settle().await;
+        }
+        // Three urgent grants in a row, then bulk's turn while the fourth waits with room.
+        for i in 0..BULK_SHARE {
+            let released = Instant::now();
+            held.pop_front();
+            if i + 1 < BULK_SHARE {
+                let slot = waiting.pop_front().unwrap().await.unwrap();
+                assert!(
+                    slot.clock() >= released,
+                    "urgent grant {i} counted its wait"
+                );
+                held.push_back(slot);
+            }
+        }
+        let bulk = bulk.await.unwrap();
+        let released = Instant::now();
+        held.pop_front();
+        let slot = waiting.pop_front().unwrap().await.unwrap();
+        assert!(
+            slot.clock() < released,
+            "passed over by bulk's share, not counted"
+        );
+        drop((bulk, slot, held));
     }
 }

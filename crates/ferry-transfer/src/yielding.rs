@@ -3,8 +3,8 @@
 //! among them (measured behind `ferry serve`, 50 tenants over the wan profile: a 1 MiB push
 //! took 0.2 s alone, 0.7-1.2 s at p99 of its time on the wire under a flood of backups).
 //! LEDBAT's idea, at the scheduler: the time an urgent write takes per byte (from its slot to
-//! its answer, or from asking for the slot when bulk requests held slots meanwhile; retried
-//! ones not counted) is compared with
+//! its answer, or from asking for the slot when bulk work made it wait there; retried ones not
+//! counted) is compared with
 //! the least seen lately for writes of its size; past twice that, the bulk requests that may
 //! be in flight are cut by a quarter, and they grow back by one for each urgent write on time
 //! (uncut once they reach the tuner's limit, or once urgent work is quiet for a second). Both
@@ -73,8 +73,8 @@ impl BulkCap {
         self.cap.take().is_some()
     }
 
-    /// An urgent write of `bytes` took `took` on the wire, while the tuner's limit was
-    /// `limit`. True when the cap grew.
+    /// An urgent write of `bytes` took `took` (on the wire, and waiting for a slot bulk work
+    /// held), while the tuner's limit was `limit`. True when the cap grew.
     pub(crate) fn urgent_done(
         &mut self, took: Duration, bytes: u64, now: Instant, limit: usize,
     ) -> bool {
