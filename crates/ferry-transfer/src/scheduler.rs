@@ -391,6 +391,7 @@ async fn tick(sched: Weak<Scheduler>) {
                 },
                 finished,
                 block,
+                borrowed: slots.beyond,
             };
             let now = Instant::now();
             let grew = slots.tuner.tick(r, now);

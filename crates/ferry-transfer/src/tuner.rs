@@ -149,6 +149,12 @@ pub(crate) struct Tuner {
     /// transfer reserves its blocks ahead, often all in its first moments.
     reserved: u64,
     last_reserved: u64,
+    /// Requests ran beyond the limit in this window, and in the last one that ended: the rate
+    /// is then not the limit's alone, and a descent would look free (seen behind `ferry
+    /// serve`: with the WAL borrowing through a flood, descents walked the limit from 31 to
+    /// 2, and the WAL alone afterwards queued for 10 s behind it).
+    borrowing: bool,
+    borrowed: bool,
 }
 
 /// What the scheduler sees at a tick.
@@ -167,6 +173,9 @@ pub(crate) struct Reading {
     /// Size of the largest block a transfer reserved memory for since the last reading (0:
     /// none), the typical request until some have finished.
     pub block: u64,
+    /// Requests in flight beyond the limit now (urgent work borrowing bulk's slots): their
+    /// bytes are on the wire too.
+    pub borrowed: usize,
 }
 
 impl Tuner {
@@ -201,6 +210,8 @@ impl Tuner {
             ramp: None,
             reserved: 0,
             last_reserved: 0,
+            borrowing: false,
+            borrowed: false,
         }
     }
 
@@ -248,6 +259,7 @@ impl Tuner {
         self.flight_sum += r.in_flight;
         self.flight_ticks += 1;
         self.starved |= r.waiting > 0;
+        self.borrowing |= r.borrowed > 0;
         let elapsed = now.duration_since(self.window_start);
         if elapsed < self.window {
             return false;
@@ -282,6 +294,7 @@ impl Tuner {
         self.wire_at = r.wire;
         self.done_at = r.done;
         self.finished_at = r.finished;
+        self.borrowed = std::mem::take(&mut self.borrowing);
         // After a descent, blocks already sent finish at their own pace: until they have,
         // the window measures the old limit.
         if r.in_flight > self.limit
@@ -445,7 +458,12 @@ impl Tuner {
     /// Steps down to the requests that keep each block within [`BLOCK_TIME`], when the
     /// limit is past that and no downward probe is running; true when it did.
     fn block_time_descent(&mut self, rate: f64, in_flight: f64, block: u64) -> bool {
-        if self.probe == Some(Probe::Down) || block == 0 || rate <= 0.0 || in_flight < 1.0 {
+        if self.probe == Some(Probe::Down)
+            || self.borrowed
+            || block == 0
+            || rate <= 0.0
+            || in_flight < 1.0
+        {
             return false;
         }
         let per_request = rate / in_flight;
@@ -501,6 +519,12 @@ impl Tuner {
             return;
         };
         match self.probe.take() {
+            Some(Probe::Down) if self.borrowed => {
+                // Borrowed requests carried part of the rate: the descent proved nothing.
+                self.shortcut = false;
+                self.settled = 0;
+                self.set(base_limit);
+            }
             Some(Probe::Up) if rate >= base_rate * GAIN => {
                 // It paid: keep climbing, twice as fast while the rate grows with the
                 // requests almost in proportion (far below the knee).
@@ -559,7 +583,8 @@ impl Tuner {
                 }
                 if rose || fell || self.settled >= wait {
                     self.settled = 0;
-                    let down = fell || (!rose && self.next_down && self.limit > self.min);
+                    let down = !self.borrowed
+                        && (fell || (!rose && self.next_down && self.limit > self.min));
                     self.next_down = !self.next_down;
                     let (probe, to) = if down {
                         (Probe::Down, self.down(rate))
@@ -608,6 +633,7 @@ mod tests {
                 waiting: 1,
                 finished: 0,
                 block: 5 << 20,
+                borrowed: 0,
             };
             t.tick(r, now);
             seen.push(t.limit());
@@ -618,6 +644,34 @@ mod tests {
     /// Each request carries `per` up to an aggregate `cap`.
     fn capped(per: f64, cap: f64) -> impl Fn(usize) -> f64 {
         move |n| (n as f64 * per).min(cap)
+    }
+
+    #[test]
+    fn borrowed_requests_do_not_make_descents_look_free() {
+        // Urgent requests beyond the limit carry the link whatever the limit is: a descent
+        // keeps the rate, which says nothing of the tuner's own requests.
+        let run = |borrowed: usize| {
+            let mut t = Tuner::new(31, 128, false);
+            let (mut now, mut wire) = (t.window_start, t.wire_at);
+            for _ in 0..60 {
+                now += WINDOW;
+                t.note_waiting();
+                wire += (60e6 * WINDOW.as_secs_f64()) as u64;
+                let r = Reading {
+                    borrowed,
+                    in_flight: t.limit(),
+                    ..reading(wire, 0)
+                };
+                t.tick(r, now);
+            }
+            t.limit()
+        };
+        assert!(run(0) < 31, "the test's rate never let the limit descend");
+        assert!(
+            run(4) >= 31,
+            "descended to {} while requests were borrowed",
+            run(4)
+        );
     }
 
     #[test]
@@ -684,6 +738,7 @@ mod tests {
                 waiting: 0,
                 finished: 0,
                 block: 5 << 20,
+                borrowed: 0,
             };
             t.tick(r, now);
         }
@@ -737,6 +792,7 @@ mod tests {
                 waiting: 1,
                 finished,
                 block: 64 << 10,
+                borrowed: 0,
             };
             t.tick(r, now);
         }
@@ -803,6 +859,7 @@ mod tests {
             waiting: 1,
             finished: 0,
             block: 5 << 20,
+            borrowed: 0,
         }
     }
 
