@@ -245,7 +245,7 @@ impl Engine {
                 };
                 let (data, _held) = block(i, off, len).await?;
                 let sum = sum_of(&data, need).await;
-                let _slot = self.slot_for(dst, class, true).await;
+                let _slot = self.slot_for(dst, class).await;
                 drop(waiting);
                 let what = format!("write {dst_key} block {i}");
                 let id = self

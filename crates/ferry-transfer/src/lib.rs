@@ -174,7 +174,7 @@ impl Engine {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let _slot = self.slot_for(store, class, false).await;
+        let _slot = self.slot_for(store, class).await;
         self.retry(what, bytes, op).await
     }
 
@@ -190,7 +190,7 @@ impl Engine {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let slot = self.slot_for(store, class, true).await;
+        let slot = self.slot_for(store, class).await;
         let (started, retries) = (
             slot.as_ref()
                 .map_or_else(std::time::Instant::now, scheduler::Slot::clock),
@@ -208,12 +208,11 @@ impl Engine {
     /// requests on the wire, so that the tuner sees the link, and reading or writing local
     /// disk, hashing or waiting for memory never holds one.
     pub(crate) async fn slot_for(
-        &self, store: &SharedStore, class: Class, write: bool,
+        &self, store: &SharedStore, class: Class,
     ) -> Option<scheduler::Slot> {
-        match (store.is_local(), write) {
-            (true, _) => None,
-            (false, false) => Some(self.sched.slot(class).await),
-            (false, true) => Some(self.sched.write_slot(class).await),
+        match store.is_local() {
+            true => None,
+            false => Some(self.sched.slot(class).await),
         }
     }
 

@@ -8,10 +8,9 @@
 //! The tuner's limit is the knee for throughput; while bulk requests hold slots, urgent ones
 //! may run beyond it as long as fewer than [`URGENT_RESERVE`] urgent requests are in flight, so
 //! that a WAL segment never waits for a backup's block to finish (seconds on a busy WAN), nor
-//! for a limit the tuner stepped down while the bulk work was slow to come. Bulk writes in
+//! for a limit the tuner stepped down while the bulk work was slow to come. Bulk requests in
 //! flight are also held below the limit while urgent writes run late (`yielding.rs`, after
-//! LEDBAT), and get the whole limit back once urgent work is quiet; bulk reads, which come
-//! the other way on the link, are not held.
+//! LEDBAT), and get the whole limit back once urgent work is quiet.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -44,28 +43,6 @@ pub enum Class {
     Bulk,
 }
 
-/// What a slot is for. Only bulk writes yield to urgent writes running late: they share the
-/// uplink the WAL leaves on, where a restore's reads come the other way (seen behind `ferry
-/// serve` over the wan profile: with bulk cut for the WAL's sake, a restore's 16 MiB pack took
-/// 2.6-2.9 s at the median, a quarter of what its link carries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Urgent,
-    /// A bulk read, or any bulk request that is not a write of data.
-    BulkRead,
-    BulkWrite,
-}
-
-impl Kind {
-    fn of(class: Class, write: bool) -> Self {
-        match (class, write) {
-            (Class::Urgent, _) => Kind::Urgent,
-            (Class::Bulk, false) => Kind::BulkRead,
-            (Class::Bulk, true) => Kind::BulkWrite,
-        }
-    }
-}
-
 #[derive(Debug)]
 struct Slots {
     in_flight: usize,
@@ -74,16 +51,11 @@ struct Slots {
     /// Of `in_flight`, requests that started beyond the limit (borrowed by urgent work, or
     /// bulk's one): not the tuner's, which must not wait for them to drain.
     beyond: usize,
-    /// Of `in_flight`, bulk writes.
-    bulk_writes_in_flight: usize,
     urgent: VecDeque<oneshot::Sender<Slot>>,
-    bulk_reads: VecDeque<oneshot::Sender<Slot>>,
-    bulk_writes: VecDeque<oneshot::Sender<Slot>>,
+    bulk: VecDeque<oneshot::Sender<Slot>>,
     urgent_streak: u32,
-    /// Between bulk reads and writes that both have room, the reads' turn.
-    read_turn: bool,
     tuner: Tuner,
-    /// Bulk writes in flight, at most; cut while urgent writes run late.
+    /// Bulk requests in flight, at most; cut while urgent writes run late.
     bulk_cap: BulkCap,
     /// When urgent work was last seen (started, waiting or written).
     urgent_seen: Instant,
@@ -93,25 +65,23 @@ struct Slots {
 }
 
 impl Slots {
-    /// Whether a request of `kind` may start now, waiters aside. Urgent requests run within
+    /// Whether a request of `class` may start now, waiters aside. Urgent requests run within
     /// the tuner's limit, and beyond it up to their reserve while bulk requests hold slots
     /// (they borrow bulk's; alone, the WAL is held to the knee the tuner finds for it). Bulk
-    /// ones run within the limit, writes also within their cap ([`crate::yielding`]), and one
-    /// at any time, so that a stream of urgent work never starves them. Never past the most
-    /// the tuner may reach (a fixed limit is fixed).
-    fn room(&self, kind: Kind) -> bool {
+    /// ones run within the limit and their cap ([`crate::yielding`]), and one at any time, so
+    /// that a stream of urgent work never starves them. Never past the most the tuner may
+    /// reach (a fixed limit is fixed).
+    fn room(&self, class: Class) -> bool {
         let (limit, max) = (self.tuner.limit(), self.tuner.max());
         let bulk = self.bulk_in_flight();
-        let one = bulk == 0 && self.in_flight < max;
-        match kind {
-            Kind::Urgent => {
+        match class {
+            Class::Urgent => {
                 self.in_flight < limit
                     || (bulk > 0 && self.urgent_in_flight < URGENT_RESERVE && self.in_flight < max)
             }
-            Kind::BulkRead => self.in_flight < limit || one,
-            Kind::BulkWrite => {
-                (self.in_flight < limit && self.bulk_writes_in_flight < self.bulk_cap.get(limit))
-                    || one
+            Class::Bulk => {
+                (self.in_flight < limit && bulk < self.bulk_cap.get(limit))
+                    || (bulk == 0 && self.in_flight < max)
             }
         }
     }
@@ -124,26 +94,19 @@ impl Slots {
         self.in_flight >= self.tuner.limit()
     }
 
-    /// The next waiter to serve, by class and share, with its kind; none while no kind that
-    /// waits has room.
-    fn next_waiter(&mut self) -> Option<(oneshot::Sender<Slot>, Kind)> {
-        let urgent = !self.urgent.is_empty() && self.room(Kind::Urgent);
-        let reads = !self.bulk_reads.is_empty() && self.room(Kind::BulkRead);
-        let writes = !self.bulk_writes.is_empty() && self.room(Kind::BulkWrite);
-        let bulk = reads || writes;
+    /// The next waiter to serve, by class and share, with its class; none while no class
+    /// that waits has room.
+    fn next_waiter(&mut self) -> Option<(oneshot::Sender<Slot>, Class)> {
+        let urgent = !self.urgent.is_empty() && self.room(Class::Urgent);
+        let bulk = !self.bulk.is_empty() && self.room(Class::Bulk);
         let take_urgent = urgent && (!bulk || self.urgent_streak + 1 < BULK_SHARE);
         if take_urgent {
             self.urgent_streak += 1;
-            Some((self.urgent.pop_front()?, Kind::Urgent))
+            Some((self.urgent.pop_front()?, Class::Urgent))
         } else if bulk {
             self.urgent_streak = 0;
             self.urgent_passed += u64::from(urgent);
-            let read = reads && (!writes || self.read_turn);
-            self.read_turn = !read;
-            match read {
-                true => Some((self.bulk_reads.pop_front()?, Kind::BulkRead)),
-                false => Some((self.bulk_writes.pop_front()?, Kind::BulkWrite)),
-            }
+            Some((self.bulk.pop_front()?, Class::Bulk))
         } else {
             None
         }
@@ -153,28 +116,23 @@ impl Slots {
         self.in_flight - self.urgent_in_flight
     }
 
-    /// Counts a request of `kind` in flight; true when it starts beyond the limit.
-    fn start(&mut self, kind: Kind) -> bool {
+    /// Counts a request of `class` in flight; true when it starts beyond the limit.
+    fn start(&mut self, class: Class) -> bool {
         let beyond = self.in_flight >= self.tuner.limit();
         self.in_flight += 1;
         self.beyond += usize::from(beyond);
-        match kind {
-            Kind::Urgent => {
-                self.urgent_in_flight += 1;
-                self.urgent_seen = Instant::now();
-            }
-            Kind::BulkWrite => self.bulk_writes_in_flight += 1,
-            Kind::BulkRead => {}
+        if class == Class::Urgent {
+            self.urgent_in_flight += 1;
+            self.urgent_seen = Instant::now();
         }
         beyond
     }
 
-    /// Counts a request of `kind` ended (`beyond`: as [`Slots::start`] said).
-    fn end(&mut self, kind: Kind, beyond: bool) {
+    /// Counts a request of `class` ended (`beyond`: as [`Slots::start`] said).
+    fn end(&mut self, class: Class, beyond: bool) {
         self.in_flight -= 1;
         self.beyond -= usize::from(beyond);
-        self.urgent_in_flight -= usize::from(kind == Kind::Urgent);
-        self.bulk_writes_in_flight -= usize::from(kind == Kind::BulkWrite);
+        self.urgent_in_flight -= usize::from(class == Class::Urgent);
     }
 
     /// Hands bulk work the whole limit again once urgent work has been quiet for
@@ -219,7 +177,7 @@ const BLOCK_MIN: u64 = 64 << 10;
 #[derive(Debug)]
 pub struct Slot {
     sched: Option<Arc<Scheduler>>,
-    kind: Kind,
+    class: Class,
     beyond: bool,
     /// When the request's time starts, for judging whether urgent work runs late.
     clock: Instant,
@@ -240,12 +198,9 @@ impl Scheduler {
                 in_flight: 0,
                 urgent_in_flight: 0,
                 beyond: 0,
-                bulk_writes_in_flight: 0,
                 urgent: VecDeque::new(),
-                bulk_reads: VecDeque::new(),
-                bulk_writes: VecDeque::new(),
+                bulk: VecDeque::new(),
                 urgent_streak: 0,
-                read_turn: true,
                 tuner: Tuner::new(concurrency, max, fixed).ramped(RAMP_FROM),
                 bulk_cap: BulkCap::new(),
                 urgent_seen: Instant::now(),
@@ -286,36 +241,20 @@ impl Scheduler {
 
     /// Waits for a request slot in `class`.
     pub async fn slot(self: &Arc<Self>, class: Class) -> Slot {
-        self.slot_of(Kind::of(class, false)).await
-    }
-
-    /// Waits for a slot in `class` for a request that writes data (bulk writes yield to
-    /// urgent writes running late).
-    pub async fn write_slot(self: &Arc<Self>, class: Class) -> Slot {
-        self.slot_of(Kind::of(class, true)).await
-    }
-
-    async fn slot_of(self: &Arc<Self>, kind: Kind) -> Slot {
         self.ticking
             .get_or_init(|| drop(tokio::spawn(tick(Arc::downgrade(self)))));
         let asked = Instant::now();
         let (blamed, bulk_mark);
         let rx = {
             let mut s = self.slots.lock().unwrap();
-            // Urgent requests pass waiting bulk ones, bulk reads pass bulk writes (which the
-            // cap may hold); none passes its own kind.
-            let queued = !s.urgent.is_empty()
-                || match kind {
-                    Kind::Urgent => false,
-                    Kind::BulkRead => !s.bulk_reads.is_empty(),
-                    Kind::BulkWrite => !s.bulk_writes.is_empty(),
-                };
-            if !queued && s.room(kind) {
-                return self.granted(&mut s, kind);
+            // Urgent requests pass waiting bulk ones; none passes its own class.
+            let queued = !s.urgent.is_empty() || (class == Class::Bulk && !s.bulk.is_empty());
+            if !queued && s.room(class) {
+                return self.granted(&mut s, class);
             }
             // Bulk work is to blame when, without its slots, this request would have started:
             // no urgent request ahead of it, and the urgent ones in flight within the limit.
-            blamed = kind == Kind::Urgent
+            blamed = class == Class::Urgent
                 && s.bulk_in_flight() > 0
                 && s.urgent.is_empty()
                 && s.urgent_in_flight < s.tuner.limit();
@@ -324,10 +263,9 @@ impl Scheduler {
                 s.tuner.note_waiting();
             }
             let (tx, rx) = oneshot::channel();
-            match kind {
-                Kind::Urgent => s.urgent.push_back(tx),
-                Kind::BulkRead => s.bulk_reads.push_back(tx),
-                Kind::BulkWrite => s.bulk_writes.push_back(tx),
+            match class {
+                Class::Urgent => s.urgent.push_back(tx),
+                Class::Bulk => s.bulk.push_back(tx),
             }
             rx
         };
@@ -344,13 +282,13 @@ impl Scheduler {
         slot
     }
 
-    /// Starts a request of `kind` in `s` and hands its slot out.
-    fn granted(self: &Arc<Self>, s: &mut Slots, kind: Kind) -> Slot {
-        let beyond = s.start(kind);
+    /// Starts a request of `class` in `s` and hands its slot out.
+    fn granted(self: &Arc<Self>, s: &mut Slots, class: Class) -> Slot {
+        let beyond = s.start(class);
         self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
         Slot {
             sched: Some(self.clone()),
-            kind,
+            class,
             beyond,
             clock: Instant::now(),
             urgent_passed: s.urgent_passed,
@@ -374,7 +312,7 @@ impl Scheduler {
         self.slots.lock().unwrap().tuner.limit()
     }
 
-    /// Bulk writes that may be in flight now: the limit, or fewer while urgent writes run
+    /// Bulk requests that may be in flight now: the limit, or fewer while urgent writes run
     /// late.
     pub fn bulk_limit(&self) -> usize {
         let s = self.slots.lock().unwrap();
@@ -403,8 +341,8 @@ impl Scheduler {
         self.peak.load(Ordering::Relaxed)
     }
 
-    fn release(self: &Arc<Self>, kind: Kind, beyond: bool) {
-        self.slots.lock().unwrap().end(kind, beyond);
+    fn release(self: &Arc<Self>, class: Class, beyond: bool) {
+        self.slots.lock().unwrap().end(class, beyond);
         self.dispatch();
     }
 
@@ -413,15 +351,15 @@ impl Scheduler {
         loop {
             let (tx, slot) = {
                 let mut s = self.slots.lock().unwrap();
-                let Some((tx, kind)) = s.next_waiter() else {
+                let Some((tx, class)) = s.next_waiter() else {
                     return;
                 };
-                (tx, self.granted(&mut s, kind))
+                (tx, self.granted(&mut s, class))
             };
             if let Err(mut slot) = tx.send(slot) {
                 // The waiter was cancelled: take the slot back without recursing.
                 slot.sched = None;
-                self.slots.lock().unwrap().end(slot.kind, slot.beyond);
+                self.slots.lock().unwrap().end(slot.class, slot.beyond);
             }
         }
     }
@@ -448,7 +386,7 @@ async fn tick(sched: Weak<Scheduler>) {
                 done,
                 in_flight: slots.in_flight - slots.beyond,
                 waiting: match slots.limit_binds() {
-                    true => slots.urgent.len() + slots.bulk_reads.len() + slots.bulk_writes.len(),
+                    true => slots.urgent.len() + slots.bulk.len(),
                     false => 0,
                 },
                 finished,
@@ -477,7 +415,7 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(s) = self.sched.take() {
-            s.release(self.kind, self.beyond);
+            s.release(self.class, self.beyond);
         }
     }
 }
@@ -601,55 +539,21 @@ mod tests {
             wrote(&s, ms);
         }
         assert_eq!(s.bulk_limit(), 2);
-        let write = || s.write_slot(Class::Bulk);
-        let held = [write().await, write().await];
-        let past = tokio::time::timeout(Duration::from_millis(50), write()).await;
-        assert!(past.is_err(), "bulk writes past their cap");
+        let held = [s.slot(Class::Bulk).await, s.slot(Class::Bulk).await];
+        assert!(given(&s, Class::Bulk).await.is_none(), "bulk past its cap");
         let urgent = given(&s, Class::Urgent).await;
         assert!(urgent.is_some(), "urgent work waited for bulk's cap");
-        // Reads come the other way: the cap does not hold them, the limit does.
-        let reads = [given(&s, Class::Bulk).await, given(&s, Class::Bulk).await];
-        assert!(
-            reads.iter().all(Option::is_some),
-            "a bulk read held by the cap"
-        );
-        // On time again: one more bulk write may run, and the one waiting is let in.
+        // On time again: one more bulk request may run, and the one waiting is let in.
         let waiter = tokio::spawn({
             let s = s.clone();
-            async move { s.write_slot(Class::Bulk).await }
+            async move { s.slot(Class::Bulk).await }
         });
         tokio::task::yield_now().await;
         wrote(&s, 200);
         assert_eq!(s.bulk_limit(), 3);
         let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
         assert!(got.is_ok(), "a grown cap did not let the waiter in");
-        drop((held, urgent, reads));
-    }
-
-    #[tokio::test]
-    async fn a_bulk_read_passes_bulk_writes_held_by_the_cap() {
-        let s = Scheduler::new(8, 8, true, 1 << 20);
-        let mut now = Instant::now();
-        for ms in [200, 2000, 2000, 2000, 2000, 2000] {
-            now += Duration::from_millis(300);
-            s.urgent_written_at(1 << 20, Duration::from_millis(ms), now);
-        }
-        let held = [
-            s.write_slot(Class::Bulk).await,
-            s.write_slot(Class::Bulk).await,
-        ];
-        let queued = tokio::spawn({
-            let s = s.clone();
-            async move { s.write_slot(Class::Bulk).await }
-        });
-        tokio::task::yield_now().await;
-        assert!(!queued.is_finished(), "a write past the cap");
-        assert!(
-            given(&s, Class::Bulk).await.is_some(),
-            "a read waited behind a write the cap holds"
-        );
-        queued.abort();
-        drop(held);
+        drop((held, urgent));
     }
 
     #[tokio::test]

@@ -23,6 +23,8 @@
 //!   a transfer never leaves one open.
 //! - Settled, probe upwards after one window, downwards after [`PROBE_AFTER`]: links change;
 //!   and at once, up or down, when the rate rises or falls by [`RISE`] with the same requests.
+//! - No descent is judged on a window in which requests ran beyond the limit (urgent work
+//!   borrowing bulk's slots): their bytes are in the rate, so a descent would look free.
 //! - A transient error cuts the limit by a third, as TCP does.
 //!
 //! Before all that, the start ([`Ramp`]): a few requests first, then the full start when

@@ -4,9 +4,9 @@
 //! took 0.2 s alone, 0.7-1.2 s at p99 of its time on the wire under a flood of backups).
 //! LEDBAT's idea, at the scheduler: the time an urgent write takes per byte (from its slot to
 //! its answer, or from asking for the slot when bulk work made it wait there; retried ones not
-//! counted) is compared with the least seen lately for writes of its size; past twice that,
-//! the bulk writes that may be in flight are cut by a quarter (bulk reads come the other way
-//! on the link, and are not held), and they grow back by one for each urgent write on time
+//! counted) is compared with
+//! the least seen lately for writes of its size; past twice that, the bulk requests that may
+//! be in flight are cut by a quarter, and they grow back by one for each urgent write on time
 //! (uncut once they reach the tuner's limit, or once urgent work is quiet for a second). Both
 //! at most every [`STEP`], so that a cut shows before the next; bulk keeps a floor, so backups
 //! always move.
@@ -37,7 +37,7 @@ fn floor(limit: usize) -> usize {
     (limit / 16).max(FLOOR)
 }
 
-/// How many bulk writes may be in flight, moved by how urgent writes fare.
+/// How many bulk requests may be in flight, moved by how urgent writes fare.
 #[derive(Debug)]
 pub(crate) struct BulkCap {
     /// `None` while uncut: the tuner's limit alone bounds bulk work.
