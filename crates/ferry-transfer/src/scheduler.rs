@@ -244,7 +244,7 @@ impl Scheduler {
         self.ticking
             .get_or_init(|| drop(tokio::spawn(tick(Arc::downgrade(self)))));
         let asked = Instant::now();
-        let (blamed, bulk_mark);
+        let (blamed, passed_at_ask);
         let rx = {
             let mut s = self.slots.lock().unwrap();
             // Urgent requests pass waiting bulk ones; none passes its own class.
@@ -258,7 +258,7 @@ impl Scheduler {
                 && s.bulk_in_flight() > 0
                 && s.urgent.is_empty()
                 && s.urgent_in_flight < s.tuner.limit();
-            bulk_mark = s.urgent_passed;
+            passed_at_ask = s.urgent_passed;
             if s.limit_binds() {
                 s.tuner.note_waiting();
             }
@@ -276,7 +276,7 @@ impl Scheduler {
         // A wait counts against bulk work only when bulk work caused it (held the slots it
         // needed, or took its share ahead of it meanwhile): eight WAL segments queueing behind
         // each other, or behind a full reserve, are not late because of a backup.
-        if blamed || slot.urgent_passed != bulk_mark {
+        if blamed || slot.urgent_passed != passed_at_ask {
             slot.clock = asked;
         }
         slot
@@ -647,47 +647,47 @@ mod tests {
         tokio::spawn(async move { s.slot(Class::Urgent).await })
     }
 
+    /// Lets an asked urgent request reach the queue.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    /// Asks for an urgent slot while `held` is held, then drops `held`: whether the slot's
+    /// clock started at the ask (before the release) rather than at the grant.
+    async fn clock_from_ask(s: &Arc<Scheduler>, held: Slot) -> bool {
+        let next = ask_urgent(s);
+        settle().await;
+        let released = Instant::now();
+        drop(held);
+        next.await.unwrap().clock() < released
+    }
+
     #[tokio::test]
     async fn a_slot_wait_counts_only_when_bulk_work_caused_it() {
-        let settle = || tokio::time::sleep(Duration::from_millis(20));
         // Urgent work alone queues behind itself: its clock starts at the grant.
         let s = untuned(1, 1);
         let first = s.slot(Class::Urgent).await;
-        let next = ask_urgent(&s);
-        settle().await;
-        let released = Instant::now();
-        drop(first);
         assert!(
-            next.await.unwrap().clock() >= released,
+            !clock_from_ask(&s, first).await,
             "a wait behind urgent work counted"
         );
         // A bulk request holds the slot it would have had: the wait counts.
         let s = untuned(1, 1);
         let bulk = s.slot(Class::Bulk).await;
-        let next = ask_urgent(&s);
-        settle().await;
-        let released = Instant::now();
-        drop(bulk);
         assert!(
-            next.await.unwrap().clock() < released,
+            clock_from_ask(&s, bulk).await,
             "a wait behind bulk work not counted"
         );
         // Bulk in flight, but the urgent requests fill the limit and the rest wait for them:
         // not bulk's doing.
         let s = untuned(2, 3);
         let bulk = s.slot(Class::Bulk).await;
-        let held = [s.slot(Class::Urgent).await, s.slot(Class::Urgent).await];
-        let next = ask_urgent(&s);
-        settle().await;
-        let released = Instant::now();
-        let [one, two] = held;
-        drop(one);
-        let slot = next.await.unwrap();
+        let [one, two] = [s.slot(Class::Urgent).await, s.slot(Class::Urgent).await];
         assert!(
-            slot.clock() >= released,
+            !clock_from_ask(&s, one).await,
             "a wait behind the urgent ones counted"
         );
-        drop((bulk, two, slot));
+        drop((bulk, two));
         // No bulk in flight at the ask; then bulk's share lets a bulk request in ahead of
         // the urgent ones waiting with room: the wait of those counts, not the earlier ones'.
         let s = Scheduler::new(2, 2, true, 1 << 20);
