@@ -36,7 +36,8 @@ pub use config::{AzureConfig, GcsConfig, S3Config};
 pub(crate) use explained::MISSING;
 
 use crate::{
-    BlockId, Error, Limits, LockMode, Meta, ObjectInfo, Result, Store, Upload, META_DIGEST,
+    BlockId, DigestKind, Error, Limits, LockMode, Meta, ObjectInfo, Result, Store, Upload,
+    META_DIGEST,
 };
 
 /// Which cloud a [`CloudStore`] talks to, with what that cloud needs beyond `object_store`.
@@ -182,6 +183,14 @@ impl Store for CloudStore {
             Flavor::S3(extra) if extra.md5_etags => info.etag.clone().filter(|e| is_md5_etag(e)),
             Flavor::S3(_) => info.meta.get(META_DIGEST).cloned(),
             Flavor::Azure(_) | Flavor::Gcs(_) => info.meta.get(META_DIGEST).cloned(),
+        }
+    }
+
+    fn whole_digest_kind(&self) -> Option<DigestKind> {
+        match &self.flavor {
+            // The ETag vouches for reads (`digest`); a recorded copy would never be read.
+            Flavor::S3(extra) if extra.md5_etags => None,
+            _ => self.digest_kind(),
         }
     }
 

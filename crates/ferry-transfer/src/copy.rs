@@ -94,12 +94,10 @@ impl Engine {
             let data = self
                 .read_after(src, src_key, class, first, 0..size, &what)
                 .await?;
-            let need = Need::for_copy(expect.as_deref(), dst.digest_kind());
-            let sums = [sum_of(&data, need).await];
+            let kind = dst.whole_digest_kind();
+            let sums = [sum_of(&data, Need::for_copy(expect.as_deref(), kind)).await];
             check(expect.as_deref(), &sums, true, src_key)?;
-            let got = dst
-                .digest_kind()
-                .and_then(|k| digest::compose(k, &sums, true));
+            let got = kind.and_then(|k| digest::compose(k, &sums, true));
             let meta = meta_with(plan, got.as_deref());
             let what = format!("write {dst_key}");
             self.write_to(dst, class, &what, size, || {

@@ -159,10 +159,9 @@ impl Engine {
     async fn put_whole(
         &self, data: Bytes, dst: &SharedStore, key: &str, plan: BlockPlan, class: Class,
     ) -> Result<()> {
-        let sums = [sum_of(&data, Need::for_copy(None, dst.digest_kind())).await];
-        let got = dst
-            .digest_kind()
-            .and_then(|k| digest::compose(k, &sums, true));
+        let kind = dst.whole_digest_kind();
+        let sums = [sum_of(&data, Need::for_copy(None, kind)).await];
+        let got = kind.and_then(|k| digest::compose(k, &sums, true));
         let meta = meta_with(plan, got.as_deref());
         let what = format!("write {key}");
         self.write_to(dst, class, &what, data.len() as u64, || {
