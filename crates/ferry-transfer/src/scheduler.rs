@@ -328,8 +328,8 @@ impl Scheduler {
     fn urgent_written_at(self: &Arc<Self>, bytes: u64, took: Duration, now: Instant) {
         let grew = {
             let mut s = self.slots.lock().unwrap();
-            let limit = s.tuner.limit();
-            s.bulk_cap.urgent_done(took, bytes, now, limit)
+            let (limit, bulk) = (s.tuner.limit(), s.bulk_in_flight());
+            s.bulk_cap.urgent_done(took, bytes, now, limit, bulk)
         };
         if grew {
             self.dispatch();
@@ -534,12 +534,17 @@ mod tests {
             now += Duration::from_millis(300);
             s.urgent_written_at(1 << 20, Duration::from_millis(ms), now);
         };
-        // The first sets the least; five late ones cut bulk to its floor.
+        // Bulk work holds every slot. The first write sets the least; five late ones cut
+        // bulk to its floor, from the 8 it has in flight.
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            held.push(s.slot(Class::Bulk).await);
+        }
         for ms in [200, 2000, 2000, 2000, 2000, 2000] {
             wrote(&s, ms);
         }
         assert_eq!(s.bulk_limit(), 2);
-        let held = [s.slot(Class::Bulk).await, s.slot(Class::Bulk).await];
+        held.truncate(2);
         assert!(given(&s, Class::Bulk).await.is_none(), "bulk past its cap");
         let urgent = given(&s, Class::Urgent).await;
         assert!(urgent.is_some(), "urgent work waited for bulk's cap");
@@ -625,10 +630,13 @@ mod tests {
     async fn a_cut_is_lifted_once_urgent_work_is_quiet() {
         let s = untuned(8, 64);
         let mut now = Instant::now();
+        // Late while bulk work holds every slot: cut.
+        let bulk: Vec<_> = futures::future::join_all((0..8).map(|_| s.slot(Class::Bulk))).await;
         for ms in [200, 2000, 2000] {
             now += Duration::from_millis(300);
             s.urgent_written_at(1 << 20, Duration::from_millis(ms), now);
         }
+        drop(bulk);
         assert!(s.bulk_limit() < 8);
         let held = s.slot(Class::Urgent).await;
         // Urgent work in flight: the cut stays.

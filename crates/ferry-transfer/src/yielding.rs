@@ -4,12 +4,12 @@
 //! took 0.2 s alone, 0.7-1.2 s at p99 of its time on the wire under a flood of backups).
 //! LEDBAT's idea, at the scheduler: the time an urgent write takes per byte (from its slot to
 //! its answer, or from asking for the slot when bulk work made it wait there; retried ones not
-//! counted) is compared with
-//! the least seen lately for writes of its size; past twice that, the bulk requests that may
-//! be in flight are cut by a quarter, and they grow back by one for each urgent write on time
-//! (uncut once they reach the tuner's limit, or once urgent work is quiet for a second). Both
-//! at most every [`STEP`], so that a cut shows before the next; bulk keeps a floor, so backups
-//! always move.
+//! counted) is compared with the least seen lately for writes of its size. Past twice that,
+//! the bulk requests that may be in flight are cut to three quarters of those in flight; not
+//! at all while bulk holds no more than its floor, since the delay is then not its doing.
+//! They grow back by one for each urgent write on time (uncut once they reach the tuner's
+//! limit, or once urgent work is quiet for a second). Both at most every [`STEP`], so that a
+//! cut shows before the next; bulk keeps a floor, so backups always move.
 //!
 //! Only writes to a remote store count: a local disk has no link to share, and reads run at
 //! another speed than writes. Below the caller's slots, so that a client trickling its WAL
@@ -74,9 +74,10 @@ impl BulkCap {
     }
 
     /// An urgent write of `bytes` took `took` (on the wire, and waiting for a slot bulk work
-    /// held), while the tuner's limit was `limit`. True when the cap grew.
+    /// held), while the tuner's limit was `limit`; `bulk` bulk requests are in flight as it
+    /// ends. True when the cap grew.
     pub(crate) fn urgent_done(
-        &mut self, took: Duration, bytes: u64, now: Instant, limit: usize,
+        &mut self, took: Duration, bytes: u64, now: Instant, limit: usize, bulk: usize,
     ) -> bool {
         if bytes < MIN_BYTES {
             return false;
@@ -100,13 +101,19 @@ impl BulkCap {
         }
         self.moved = now;
         let at = self.get(limit) as f64;
-        if per_byte > SLACK * least {
-            self.cap = Some((at * CUT).max(floor(limit) as f64));
-            false
-        } else {
-            self.cap = (at + 1.0 < limit as f64).then_some(at + 1.0);
-            true
-        }
+        let late = per_byte > SLACK * least;
+        self.cap = match late {
+            // Late while bulk work holds no more than its floor: the delay is not bulk's to
+            // give back (the store, or the host's CPU, is slow), and a cut would only hold
+            // back the bulk requests to come (measured behind `ferry serve`: cut from 31 to
+            // 2 in 3 s while 1-2 backups were on the wire).
+            true if bulk <= floor(limit) => self.cap,
+            // A cut starts from what bulk has in flight: a cap above it holds nothing back.
+            true => Some((at.min(bulk as f64) * CUT).max(floor(limit) as f64)),
+            false => (at + 1.0 < limit as f64).then_some(at + 1.0),
+        };
+        tracing::debug!(late, cap = self.get(limit), limit, bulk, "bulk cap");
+        !late
     }
 }
 
@@ -122,7 +129,7 @@ mod tests {
         let mut now = Instant::now();
         let mut step = |l: &mut BulkCap, ms: u64| {
             now += STEP;
-            l.urgent_done(Duration::from_millis(ms), MIB, now, 56);
+            l.urgent_done(Duration::from_millis(ms), MIB, now, 56, 56);
         };
         // On time (200 ms a MiB): bulk keeps the whole limit.
         for _ in 0..20 {
@@ -146,6 +153,27 @@ mod tests {
     }
 
     #[test]
+    fn only_bulk_work_beyond_its_floor_is_cut_and_from_what_it_has_in_flight() {
+        let mut l = BulkCap::new();
+        let mut now = Instant::now();
+        l.urgent_done(Duration::from_millis(200), MIB, now, 48, 48);
+        // Late while bulk holds its floor (48 / 16 = 3 requests) or less: nothing to cut.
+        for bulk in [3, 0, 2, 3] {
+            now += STEP;
+            l.urgent_done(Duration::from_millis(1000), MIB, now, 48, bulk);
+        }
+        assert_eq!(l.get(48), 48);
+        // Late with 8 bulk requests on the wire: cut from those 8, not from the cap of 48.
+        now += STEP;
+        l.urgent_done(Duration::from_millis(1000), MIB, now, 48, 8);
+        assert_eq!(l.get(48), 6);
+        // And never below the floor.
+        now += STEP;
+        l.urgent_done(Duration::from_millis(1000), MIB, now, 48, 4);
+        assert_eq!(l.get(48), 3);
+    }
+
+    #[test]
     fn small_and_differently_sized_transfers_are_judged_apart() {
         let mut l = BulkCap::new();
         let mut now = Instant::now();
@@ -154,17 +182,17 @@ mod tests {
         // that takes a round trip of 100 ms.
         for (ms, bytes) in [(2000, 16 * MIB), (400, MIB), (2000, 16 * MIB), (400, MIB)] {
             now += STEP;
-            l.urgent_done(Duration::from_millis(ms), bytes, now, 56);
+            l.urgent_done(Duration::from_millis(ms), bytes, now, 56, 56);
         }
         for _ in 0..10 {
             now += STEP;
-            l.urgent_done(Duration::from_millis(100), 4096, now, 56);
+            l.urgent_done(Duration::from_millis(100), 4096, now, 56, 56);
         }
         assert_eq!(l.get(56), 56);
         // A cut waits for the step: two late transfers at once cut once.
         now += STEP;
-        l.urgent_done(Duration::from_millis(1000), MIB, now, 56);
-        l.urgent_done(Duration::from_millis(1000), MIB, now, 56);
+        l.urgent_done(Duration::from_millis(1000), MIB, now, 56, 56);
+        l.urgent_done(Duration::from_millis(1000), MIB, now, 56, 56);
         assert_eq!(l.get(56), 42);
     }
 
@@ -172,13 +200,13 @@ mod tests {
     fn a_cap_grown_back_to_the_limit_follows_the_limit() {
         let mut l = BulkCap::new();
         let mut now = Instant::now();
-        l.urgent_done(Duration::from_millis(200), MIB, now, 8);
+        l.urgent_done(Duration::from_millis(200), MIB, now, 8, 8);
         now += STEP;
-        l.urgent_done(Duration::from_millis(1000), MIB, now, 8);
+        l.urgent_done(Duration::from_millis(1000), MIB, now, 8, 8);
         assert_eq!(l.get(8), 6);
         for _ in 0..2 {
             now += STEP;
-            l.urgent_done(Duration::from_millis(200), MIB, now, 8);
+            l.urgent_done(Duration::from_millis(200), MIB, now, 8, 8);
         }
         // Back at the limit it is uncut: the tuner's next step up is bulk's too.
         assert_eq!(l.get(32), 32);
@@ -188,13 +216,13 @@ mod tests {
     fn a_quiet_spell_forgets_the_least() {
         let mut l = BulkCap::new();
         let mut now = Instant::now();
-        l.urgent_done(Duration::from_millis(100), MIB, now, 56);
+        l.urgent_done(Duration::from_millis(100), MIB, now, 56, 56);
         // Nothing for three windows; then the link is slower: the old least is not held
         // against it.
         now += 3 * WINDOW;
         for _ in 0..10 {
             now += STEP;
-            l.urgent_done(Duration::from_millis(500), MIB, now, 56);
+            l.urgent_done(Duration::from_millis(500), MIB, now, 56, 56);
         }
         assert_eq!(l.get(56), 56);
     }
@@ -203,16 +231,16 @@ mod tests {
     fn the_least_is_forgotten_after_two_windows() {
         let mut l = BulkCap::new();
         let mut now = Instant::now();
-        l.urgent_done(Duration::from_millis(100), MIB, now, 56);
+        l.urgent_done(Duration::from_millis(100), MIB, now, 56, 56);
         // The link got slower for good: after two windows, 500 ms is the new normal.
         for _ in 0..((2 * WINDOW.as_millis() / STEP.as_millis()) + 4) {
             now += STEP;
-            l.urgent_done(Duration::from_millis(500), MIB, now, 56);
+            l.urgent_done(Duration::from_millis(500), MIB, now, 56, 56);
         }
         let before = l.get(56);
         for _ in 0..20 {
             now += STEP;
-            l.urgent_done(Duration::from_millis(500), MIB, now, 56);
+            l.urgent_done(Duration::from_millis(500), MIB, now, 56, 56);
         }
         assert!(l.get(56) > before, "{before} -> {}", l.get(56));
         assert_eq!(l.get(56), (before + 20).min(56));
