@@ -489,7 +489,11 @@ impl Tuner {
         }
         let fill = (rate * BLOCK_TIME / block as f64).ceil() as usize;
         let to = fill.min(self.down(rate)).max(self.floor).max(self.min);
-        if to >= self.limit {
+        // A limit no lower than the requests in flight would not cut them: it does nothing
+        // for the link now, and the next load queues behind it (seen behind `ferry serve`:
+        // its repositories' setup, 2.6 requests in flight at 9.4 MB/s, took the limit from
+        // 8 to 4, and the WAL that came next waited 12 s for the tuner to climb back).
+        if to >= self.limit || to as f64 >= in_flight {
             return false;
         }
         self.base = Some((rate, self.limit));
@@ -971,20 +975,39 @@ mod tests {
 
     #[test]
     fn a_start_whose_limit_never_binds_ends() {
-        // Memory or a slow source holds 4 requests in flight, none waiting: the start must
-        // end, so that the block-time rule can act (4 requests at 4 MB/s: 5 s a block).
+        // Memory or a slow source holds 6 requests in flight, none waiting: the start must
+        // end, so that the block-time rule can act (6 requests at 4 MB/s: 8 s a block; 4
+        // keep each within BLOCK_TIME).
         let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
         let mut now = t.window_start;
         for i in 0..60u64 {
             let r = Reading {
                 waiting: 0,
-                ..reading(i * 400_000, 4)
+                ..reading(i * 400_000, 6)
             };
             t.tick(r, now);
             now += Duration::from_millis(100);
         }
         assert!(t.ramp.is_none(), "the start never ended");
-        assert!(t.limit() < RAMP_FROM, "limit {}", t.limit());
+        assert_eq!(t.limit(), 4);
+    }
+
+    #[test]
+    fn a_block_time_descent_that_would_not_cut_the_requests_in_flight_is_not_taken() {
+        // 2 requests of 17 MB in flight at 6 MB/s in all (3 MB/s each: 5.7 s a block), under
+        // a limit of 8: the rule's 2 would hold nothing back now, only the next load.
+        let mut t = Tuner::new(8, 128, false);
+        let mut now = t.window_start;
+        for i in 0..60u64 {
+            let r = Reading {
+                waiting: 0,
+                block: 17_000_000,
+                ..reading(i * 600_000, 2)
+            };
+            t.tick(r, now);
+            now += Duration::from_millis(100);
+        }
+        assert_eq!(t.limit(), 8);
     }
 
     #[test]
