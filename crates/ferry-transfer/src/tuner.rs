@@ -147,8 +147,6 @@ pub(crate) struct Tuner {
     window: Duration,
     /// The start, until it has decided.
     ramp: Option<Ramp>,
-    /// The start's full limit, where a restart after an idle spell may go back to.
-    start: usize,
     /// The largest block reserved in this window, and the last window's that saw one: a
     /// transfer reserves its blocks ahead, often all in its first moments.
     reserved: u64,
@@ -212,7 +210,6 @@ impl Tuner {
             started: false,
             window: WINDOW,
             ramp: None,
-            start,
             reserved: 0,
             last_reserved: 0,
             borrowing: false,
@@ -314,20 +311,8 @@ impl Tuner {
         let starved = std::mem::take(&mut self.starved);
         let settling = std::mem::take(&mut self.settling);
         if in_flight < 0.5 {
-            // Idle: whatever comes next starts with a burst again, and, as TCP restarts
-            // after an idle spell, with a start: a limit that demand rather than the link
-            // held low would hold the next load back while the tuner climbs (seen behind
-            // `ferry serve`: its repositories' small setup requests left 7, and the WAL that
-            // came next queued for 5 s). The start goes to its full limit only if the rate
-            // carries it, never below where the limit is.
+            // Idle: whatever comes next starts with a burst again.
             self.settling = true;
-            if !self.fixed && self.limit < self.start && self.ramp.is_none() {
-                self.ramp = Some(Ramp {
-                    to: self.start,
-                    seen: Vec::new(),
-                    loose: 0,
-                });
-            }
             return false;
         }
         if self.fixed || settling {
@@ -853,49 +838,6 @@ mod tests {
             back[..8].iter().any(|&l| l >= 13),
             "did not climb back: {back:?}"
         );
-    }
-
-    #[test]
-    fn an_idle_spell_restarts_a_low_limit_and_the_start_climbs_if_the_link_carries_it() {
-        // Small requests left the limit at 7 (demand bound the rate, not the link).
-        let mut t = Tuner::new(24, 128, false);
-        t.limit = 7;
-        let mut now = t.window_start;
-        let mut wire = 1u64 << 30;
-        t.tick(reading(wire, 7), now);
-        // A window (2 s) with nothing in flight.
-        for _ in 0..22 {
-            now += Duration::from_millis(100);
-            t.tick(reading(wire, 0), now);
-        }
-        assert!(t.ramp.is_some(), "no restart after an idle window");
-        assert_eq!(t.limit(), 7, "a restart never lowers the limit");
-        // Then 1 MiB writes at 50 MB/s, the limit binding: 24 of them take 0.5 s each.
-        let mut seen = Vec::new();
-        for _ in 0..6 {
-            now += Duration::from_millis(100);
-            wire += 5_000_000;
-            t.tick(
-                Reading {
-                    block: 1 << 20,
-                    ..reading(wire, t.limit())
-                },
-                now,
-            );
-            seen.push(t.limit());
-        }
-        assert_eq!(t.limit(), 24, "limits {seen:?}");
-        // A limit at or above the start, or a fixed one, stays as it is.
-        for mut t in [Tuner::new(24, 128, false), Tuner::new(4, 4, true)] {
-            let limit = t.limit();
-            let mut now = t.window_start;
-            for _ in 0..23 {
-                t.tick(reading(0, 0), now);
-                now += Duration::from_millis(100);
-            }
-            assert!(t.ramp.is_none());
-            assert_eq!(t.limit(), limit);
-        }
     }
 
     /// Ticks of 100 ms through the start: `rate(t, limit)` bytes/s at `t` seconds in, plus
