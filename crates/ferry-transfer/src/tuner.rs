@@ -458,7 +458,8 @@ impl Tuner {
     }
 
     /// Steps down to the requests that keep each block within [`BLOCK_TIME`], when the
-    /// limit is past that and no downward probe is running; true when it did.
+    /// limit is past that, the new limit is below the requests in flight (the window's
+    /// average) and no downward probe is running; true when it did.
     fn block_time_descent(&mut self, rate: f64, in_flight: f64, block: u64) -> bool {
         if self.probe == Some(Probe::Down)
             || self.borrowed
