@@ -60,6 +60,15 @@ pub(crate) fn meta_with(plan: BlockPlan, digest: Option<&str>) -> Meta {
     m
 }
 
+/// Metadata for an object of `plan` written whole to `dst`: with the digest `dst` records
+/// for such objects ([`ferry_store::Store::whole_digest_kind`]), composed from `sums`.
+pub(crate) fn whole_meta(dst: &SharedStore, plan: BlockPlan, sums: &[BlockSum]) -> Meta {
+    let got = dst
+        .whole_digest_kind()
+        .and_then(|k| digest::compose(k, sums, true));
+    meta_with(plan, got.as_deref())
+}
+
 impl Engine {
     /// Copies `src_key` of `src` to `dst_key` of `dst`, starting from `known`, what the
     /// source's HEAD already said of it, if anything. The destination appears whole, checked,
@@ -94,11 +103,10 @@ impl Engine {
             let data = self
                 .read_after(src, src_key, class, first, 0..size, &what)
                 .await?;
-            let kind = dst.whole_digest_kind();
-            let sums = [sum_of(&data, Need::for_copy(expect.as_deref(), kind)).await];
+            let need = Need::for_copy(expect.as_deref(), dst.whole_digest_kind());
+            let sums = [sum_of(&data, need).await];
             check(expect.as_deref(), &sums, true, src_key)?;
-            let got = kind.and_then(|k| digest::compose(k, &sums, true));
-            let meta = meta_with(plan, got.as_deref());
+            let meta = whole_meta(dst, plan, &sums);
             let what = format!("write {dst_key}");
             self.write_to(dst, class, &what, size, || {
                 dst.put(dst_key, data.clone(), &meta)

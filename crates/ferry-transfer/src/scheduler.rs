@@ -536,10 +536,7 @@ mod tests {
         };
         // Bulk work holds every slot. The first write sets the least; five late ones cut
         // bulk to its floor, from the 8 it has in flight.
-        let mut held = Vec::new();
-        for _ in 0..8 {
-            held.push(s.slot(Class::Bulk).await);
-        }
+        let mut held = bulk_slots(&s, 8).await;
         for ms in [200, 2000, 2000, 2000, 2000, 2000] {
             wrote(&s, ms);
         }
@@ -631,7 +628,7 @@ mod tests {
         let s = untuned(8, 64);
         let mut now = Instant::now();
         // Late while bulk work holds every slot: cut.
-        let bulk: Vec<_> = futures::future::join_all((0..8).map(|_| s.slot(Class::Bulk))).await;
+        let bulk = bulk_slots(&s, 8).await;
         for ms in [200, 2000, 2000] {
             now += Duration::from_millis(300);
             s.urgent_written_at(1 << 20, Duration::from_millis(ms), now);
@@ -653,6 +650,11 @@ mod tests {
     fn ask_urgent(s: &Arc<Scheduler>) -> tokio::task::JoinHandle<Slot> {
         let s = s.clone();
         tokio::spawn(async move { s.slot(Class::Urgent).await })
+    }
+
+    /// `n` bulk slots, held.
+    async fn bulk_slots(s: &Arc<Scheduler>, n: usize) -> Vec<Slot> {
+        futures::future::join_all((0..n).map(|_| s.slot(Class::Bulk))).await
     }
 
     /// Lets an asked urgent request reach the queue.

@@ -8,8 +8,8 @@ use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
 
-use crate::copy::{check, expected_digest, meta_with};
-use crate::digest::{self, BlockSum, Need};
+use crate::copy::{check, expected_digest, meta_with, whole_meta};
+use crate::digest::{BlockSum, Need};
 use crate::{sum_of, BlockPlan, Class, Engine, NoProgress, Progress, SharedStore};
 
 async fn read_block<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> Result<Bytes> {
@@ -159,10 +159,8 @@ impl Engine {
     async fn put_whole(
         &self, data: Bytes, dst: &SharedStore, key: &str, plan: BlockPlan, class: Class,
     ) -> Result<()> {
-        let kind = dst.whole_digest_kind();
-        let sums = [sum_of(&data, Need::for_copy(None, kind)).await];
-        let got = kind.and_then(|k| digest::compose(k, &sums, true));
-        let meta = meta_with(plan, got.as_deref());
+        let sums = [sum_of(&data, Need::for_copy(None, dst.whole_digest_kind())).await];
+        let meta = whole_meta(dst, plan, &sums);
         let what = format!("write {key}");
         self.write_to(dst, class, &what, data.len() as u64, || {
             dst.put(key, data.clone(), &meta)
