@@ -109,9 +109,17 @@ add_proxy() { # name listen upstream
 # in front of it (toxiproxy then listens 10 ports up). The tbf shapes the client's hop either way.
 expose() { # name public upstream
   [ "$HANDSHAKE" = 1 ] || { add_proxy "$1" "$2" "$3"; return; }
-  local at=127.0.0.1:$(( ${2##*:} + 10 )) pid _
+  local at=127.0.0.1:$(( ${2##*:} + 10 ))
   add_proxy "$1" "$at" "$3"
-  ip netns exec "$NS" "$CONNECT_DELAY" "$2" "$at" "$RTT_MS" >"$BENCH_DIR/delay-$1.log" 2>&1 &
+  delay_proxy "$1" "$2" "$at" "$RTT_MS"
+}
+
+# ferry-connect-delay on LISTEN to UPSTREAM, connections passed on DELAY_MS after accepting.
+# HOPS_TRACE=DIR: it logs each message's times to DIR/delay-NAME.trace (see its doc).
+delay_proxy() { # name listen upstream delay_ms
+  local pid _
+  ip netns exec "$NS" env ${HOPS_TRACE:+FERRY_CONNECT_DELAY_TRACE=$HOPS_TRACE/delay-$1.trace} \
+    "$CONNECT_DELAY" "$2" "$3" "$4" >"$BENCH_DIR/delay-$1.log" 2>&1 &
   pid=$!; echo $pid >"$BENCH_DIR/delay-$1.pid"
   for _ in $(seq 50); do   # listening, or it died: then say so, not "connection refused" later
     nsx ss -Hltn "sport = :${2##*:}" | grep -q . && return 0
@@ -165,7 +173,15 @@ link_up() { # [GiB of scratch space wanted]
   if [ "$HANDSHAKE" = 1 ] && [ ! -x "$CONNECT_DELAY" ]; then
     (cd "$BENCH/.." && cargo build --release -q -p ferry-testkit --bin ferry-connect-delay)
   fi
-  expose s3 127.0.0.1:9000 127.0.0.1:9100
+  if [ -n "${HOPS_TRACE:-}" ]; then
+    # A second traced proxy, with no delay, between toxiproxy and MinIO: its answers' times
+    # are MinIO's own. MinIO still sends from port 9100, so the down shaper is unchanged.
+    [ -x "$CONNECT_DELAY" ] || (cd "$BENCH/.." && cargo build --release -q -p ferry-testkit --bin ferry-connect-delay)
+    delay_proxy store 127.0.0.1:9110 127.0.0.1:9100 0
+    expose s3 127.0.0.1:9000 127.0.0.1:9110
+  else
+    expose s3 127.0.0.1:9000 127.0.0.1:9100
+  fi
   add_proxy raw 127.0.0.1:9001 127.0.0.1:9101
   if [ "${GCS:-0}" = 1 ]; then
     # GCS=1: fake-gcs-server (objects in memory) behind toxiproxy :9002, shaped like :9000.

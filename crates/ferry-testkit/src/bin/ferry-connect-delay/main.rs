@@ -10,11 +10,23 @@
 //!
 //! Its socket buffers are small (the link's shaping happens on the client's side of it, and
 //! toxiproxy's bandwidth toxic behind it must still push back on the client at once).
+//!
+//! With `FERRY_CONNECT_DELAY_TRACE=FILE` it writes one line per message to FILE, so that a
+//! request's time can be split between the hops (`bench/serve/hops.py` reads it): a message is
+//! the bytes one way until bytes come the other way (an HTTP/1 request, then its answer).
+//! Lines, times in CLOCK_MONOTONIC seconds:
+//!   `open CONN ACCEPTED RELAYED CONNECTED`
+//!   `msg CONN up|down FIRST_READ LAST_READ LAST_WRITTEN BYTES`
+
+mod trace;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpSocket, TcpStream};
+
+use trace::Trace;
 
 /// Socket buffer on each side: at loopback delays it is far more than a connection's rate
 /// needs, and far less than the megabytes autotuning would grant.
@@ -49,6 +61,7 @@ async fn main() -> std::io::Result<()> {
     socket.set_send_buffer_size(BUFFER)?;
     socket.bind(listen)?;
     let listener = socket.listen(1024)?;
+    let trace = Trace::from_env()?.map(Arc::new);
     loop {
         // A refused or aborted accept (out of descriptors, a client gone) costs that client
         // only: the proxy stays up, or every later client would be refused and the tool
@@ -61,22 +74,34 @@ async fn main() -> std::io::Result<()> {
                 continue;
             }
         };
+        let accepted = trace::now();
+        let trace = trace.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            if let Err(e) = relay(client, upstream).await {
+            let relayed = match trace {
+                None => relay(client, upstream).await,
+                Some(t) => trace::relay(t, accepted, client, upstream).await,
+            };
+            if let Err(e) = relayed {
                 eprintln!("ferry-connect-delay: {e}");
             }
         });
     }
 }
 
-async fn relay(mut client: TcpStream, upstream: SocketAddr) -> std::io::Result<()> {
+/// The upstream connection, with the same small buffers; both sides without Nagle.
+async fn connect(client: &TcpStream, upstream: SocketAddr) -> std::io::Result<TcpStream> {
     let socket = TcpSocket::new_v4()?;
     socket.set_recv_buffer_size(BUFFER)?;
     socket.set_send_buffer_size(BUFFER)?;
-    let mut server = socket.connect(upstream).await?;
+    let server = socket.connect(upstream).await?;
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
+    Ok(server)
+}
+
+async fn relay(mut client: TcpStream, upstream: SocketAddr) -> std::io::Result<()> {
+    let mut server = connect(&client, upstream).await?;
     if let Err(e) =
         tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, CHUNK, CHUNK).await
     {

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Where a request to the store spends its time, hop by hop, second by second.
+
+  hops.py RESULTS.json HOPS_DIR [BIN_SECONDS]
+
+RESULTS is drive.py's per-run JSON (`OUT`'s -logs dir), for the phases and the WAL pushes'
+own times; HOPS_DIR holds ferry-connect-delay's traces (`HOPS_TRACE=DIR bench/serve.sh`).
+`delay-s3.trace` is the proxy after the up link's shaper and before toxiproxy (`edge`);
+`delay-store.trace` one between toxiproxy and MinIO (`store`). For each request (a message
+up, then the answer down on the same connection) a proxy sees:
+
+  send    first byte in -> last byte handed on (at the edge: the shaper, then toxiproxy's
+          per-connection rate; 1 MiB at 8 MB/s is 131 ms)
+  answer  last byte handed on -> first byte of the answer back (at the edge: the round
+          trip, 80 ms on wan, plus what toxiproxy still holds, plus the store's time; at the
+          store: MinIO's own time)
+
+Requests are told apart by size: `wal` carries 1 MiB (a WAL push's PUT), `small` under
+64 KiB (GET, HEAD, LIST and the like), `bulk` the rest. One line per bin: the WAL pushes
+that started in it and how many of them were slow (over twice the unloaded median), then per
+class the requests whose first byte came in it, with the median and the largest send and
+answer in ms.
+"""
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+WAL = 1 << 20
+
+
+def load(path):
+    opens, msgs = [], defaultdict(list)
+    for line in open(path):
+        f = line.split()
+        if f[0] == "open":
+            opens.append(float(f[1]))
+        elif f[0] == "msg":
+            msgs[int(f[1])].append((f[2], float(f[3]), float(f[4]), float(f[5]), int(f[6])))
+    requests = []  # (class, first_in, send, answer)
+    for seq in msgs.values():
+        for m, nxt in zip(seq, seq[1:] + [None]):
+            if m[0] != "up" or nxt is None or nxt[0] != "down":
+                continue
+            _, first, _, written, size = m
+            cls = "wal" if WAL <= size < WAL + 16384 else "small" if size < 65536 else "bulk"
+            requests.append((cls, first, written - first, nxt[1] - written))
+    return opens, requests
+
+
+COLUMNS = [("edge", "wal"), ("store", "wal"), ("store", "small"), ("store", "bulk")]
+
+
+def main():
+    res = json.load(open(sys.argv[1]))
+    step = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
+    t0, end = res["t"]["base"], res["t"]["flood_end"]
+    alone = [w["secs"] for w in res["wal"] if w["start"] < res["t"]["flood"]]
+    slow = 2 * statistics.median(alone)
+    bins = defaultdict(lambda: defaultdict(list))
+    for hop, name in (("edge", "delay-s3.trace"), ("store", "delay-store.trace")):
+        path = os.path.join(sys.argv[2], name)
+        if not os.path.exists(path):
+            continue
+        for cls, first, send, answer in load(path)[1]:
+            if t0 <= first < end:
+                bins[int((first - t0) // step)][hop, cls].append((send, answer))
+    pushes = defaultdict(list)
+    for w in res["wal"]:
+        pushes[int((w["start"] - t0) // step)].append(w["secs"])
+    ms = lambda xs: "%5.0f %5.0f" % (1000 * statistics.median(xs), 1000 * max(xs)) if xs else "    -     -"
+    print("slow push: over %.0f ms (twice the unloaded median); flood from %.0f s"
+          % (1000 * slow, res["t"]["flood"] - t0))
+    print("   t  push slow |" + "|".join(" %-5s %-5s n  send med/max answer med/max " % c for c in COLUMNS))
+    for b in range(int((end - t0) // step) + 1):
+        line = "%5.0f %4d %4d |" % (b * step, len(pushes[b]), sum(1 for s in pushes[b] if s > slow))
+        for c in COLUMNS:
+            xs = bins[b][c]
+            line += "       %5d %s %s |" % (len(xs), ms([x[0] for x in xs]), ms([x[1] for x in xs]))
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+//! The traced relay: the same copy as `copy_bidirectional`, with each message's times logged.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use super::{connect, CHUNK};
+
+/// Where the lines go, and the next connection's number.
+pub struct Trace {
+    out: Mutex<BufWriter<File>>,
+    next: AtomicU64,
+}
+
+impl Trace {
+    /// A trace to the file named by `FERRY_CONNECT_DELAY_TRACE`, if it is set.
+    pub fn from_env() -> std::io::Result<Option<Self>> {
+        let Some(path) = std::env::var_os("FERRY_CONNECT_DELAY_TRACE") else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            out: Mutex::new(BufWriter::new(File::create(path)?)),
+            next: AtomicU64::new(1),
+        }))
+    }
+
+    fn line(&self, line: std::fmt::Arguments) {
+        let mut out = self.out.lock().unwrap();
+        // Flushed per line: the bench kills the proxy, and a lost tail would hide the end.
+        let _ = out.write_fmt(line).and_then(|_| out.flush());
+    }
+}
+
+/// CLOCK_MONOTONIC in seconds, the clock of Python's `time.monotonic()` in the bench's drivers.
+pub fn now() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a local struct.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// One message on the way: bytes one way since the other way last had any.
+#[derive(Clone, Copy)]
+struct Message {
+    first_read: f64,
+    last_read: f64,
+    last_written: f64,
+    bytes: u64,
+}
+
+/// A connection's two open messages, `[up, down]`.
+struct Conn {
+    trace: Arc<Trace>,
+    id: u64,
+    open: Mutex<[Option<Message>; 2]>,
+}
+
+const DIRS: [&str; 2] = ["up", "down"];
+
+impl Conn {
+    fn emit(&self, dir: usize, m: Message) {
+        self.trace.line(format_args!(
+            "msg {} {} {:.6} {:.6} {:.6} {}\n",
+            self.id, DIRS[dir], m.first_read, m.last_read, m.last_written, m.bytes
+        ));
+    }
+
+    /// `n` bytes read one way at `t`: the other way's message, if any, has ended.
+    fn read(&self, dir: usize, t: f64, n: usize) {
+        let mut open = self.open.lock().unwrap();
+        if let Some(m) = open[1 - dir].take() {
+            self.emit(1 - dir, m);
+        }
+        let m = open[dir].get_or_insert(Message {
+            first_read: t,
+            last_read: t,
+            last_written: t,
+            bytes: 0,
+        });
+        m.last_read = t;
+        m.bytes += n as u64;
+    }
+
+    fn written(&self, dir: usize, t: f64) {
+        if let Some(m) = self.open.lock().unwrap()[dir].as_mut() {
+            m.last_written = t;
+        }
+    }
+
+    fn close(&self) {
+        let mut open = self.open.lock().unwrap();
+        for dir in 0..2 {
+            if let Some(m) = open[dir].take() {
+                self.emit(dir, m);
+            }
+        }
+    }
+}
+
+/// Relays `client` to `upstream` as the plain relay does, logging each message.
+pub async fn relay(
+    trace: Arc<Trace>, accepted: f64, client: TcpStream, upstream: SocketAddr,
+) -> std::io::Result<()> {
+    let relayed = now();
+    let server = connect(&client, upstream).await?;
+    let id = trace.next.fetch_add(1, Ordering::Relaxed);
+    trace.line(format_args!(
+        "open {id} {accepted:.6} {relayed:.6} {:.6}\n",
+        now()
+    ));
+    let fds = [client.as_raw_fd(), server.as_raw_fd()];
+    let conn = Arc::new(Conn {
+        trace,
+        id,
+        open: Mutex::new([None, None]),
+    });
+    // The halves live here until the end, so that the descriptors are still theirs below.
+    let (mut client_r, mut client_w) = client.into_split();
+    let (mut server_r, mut server_w) = server.into_split();
+    let up = copy(&conn, 0, &mut client_r, &mut server_w);
+    let down = copy(&conn, 1, &mut server_r, &mut client_w);
+    let (up, down) = tokio::join!(up, down);
+    conn.close();
+    if up.is_err() || down.is_err() {
+        // A reset must reach the other side as one (see the plain relay).
+        for fd in fds {
+            zero_linger(fd);
+        }
+    }
+    up.and(down)
+}
+
+async fn copy(
+    conn: &Conn, dir: usize, from: &mut OwnedReadHalf, to: &mut OwnedWriteHalf,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        conn.read(dir, now(), n);
+        to.write_all(&buf[..n]).await?;
+        conn.written(dir, now());
+    }
+}
+
+fn zero_linger(fd: i32) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a socket still open (the caller holds its halves), a linger of the right size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
