@@ -117,13 +117,59 @@ def short(r: dict) -> dict:
 
 
 def marks() -> dict:
-    """The server's access log size and CPU seconds now: phase boundaries."""
+    """The server's access log size and CPU seconds now, and every process's: phase boundaries."""
     try:
         f = open(f"/proc/{C['pid']}/stat").read().rsplit(")", 1)[1].split()
         cpu = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
     except OSError:
         cpu = None
-    return {"t": now(), "log": os.path.getsize(C["log"]), "cpu": cpu}
+    procs, reaped = processes()
+    return {"t": now(), "log": os.path.getsize(C["log"]), "cpu": cpu, "procs": procs, "reaped": reaped,
+            "idle": int(open("/proc/stat").readline().split()[4]) / os.sysconf("SC_CLK_TCK")}
+
+
+# What each process here is, by its name (/proc cuts it at 15 bytes): the flood's CPU per part.
+GROUPS = {"restic": "clients", "head": "clients", "nice": "clients", "minio": "store",
+          "toxiproxy-serve": "link", "ferry-connect-d": "link", "ferry": "server",
+          "rest-server": "server", "python3": "drive"}
+
+
+def processes() -> tuple[dict, float]:
+    """pid -> (group, CPU seconds with its reaped children) for this network namespace's
+    processes, and the CPU seconds of this driver's reaped children (the restic clients)."""
+    tck, me = os.sysconf("SC_CLK_TCK"), os.readlink("/proc/self/ns/net")
+    out, reaped = {}, 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") != me:
+                continue
+            comm, rest = open(f"/proc/{pid}/stat").read().split("(", 1)[1].rsplit(")", 1)
+            f = rest.split()
+        except OSError:
+            continue
+        if int(pid) == os.getpid():   # its children are the clients, counted below
+            out[int(pid)] = ("drive", (int(f[11]) + int(f[12])) / tck)
+            reaped = (int(f[13]) + int(f[14])) / tck
+        else:
+            out[int(pid)] = (GROUPS.get(comm, "other"), sum(int(x) for x in f[11:15]) / tck)
+    return out, reaped
+
+
+def cpu_by_group(a: dict, b: dict) -> dict:
+    """Cores per group between marks a and b, and the machine's idle share."""
+    secs = b["t"] - a["t"]
+    pa, pb = a["procs"], b["procs"]
+    use = {}
+    for pid, (g, c) in pb.items():
+        use[g] = use.get(g, 0.0) + c - (pa[pid][1] if pid in pa and pa[pid][0] == g else 0.0)
+    # Clients that ended between the marks: what they used after a, from what this driver reaped.
+    gone = sum(c for pid, (g, c) in pa.items() if pid not in pb and g == "clients")
+    use["clients"] = use.get("clients", 0.0) + b["reaped"] - a["reaped"] - gone
+    cores = {g: round(v / secs, 3) for g, v in use.items()}
+    cores["idle_pct"] = round(100 * (b["idle"] - a["idle"]) / secs / os.cpu_count(), 1)
+    return cores
 
 
 def in_threads(fn, items) -> list:
@@ -366,7 +412,7 @@ for name, (a, b) in phases.items():
         counts, bad = statuses(a, b)
     server[name] = {"statuses": counts, "bad": bad,
                     "cpu_s": (b["cpu"] - a["cpu"]) if a["cpu"] is not None and b["cpu"] is not None else None,
-                    "secs": b["t"] - a["t"]}
+                    "secs": b["t"] - a["t"], "cores": cpu_by_group(a, b) if b is not a else {}}
 try:
     hwm = int(re.search(r"VmHWM:\s+(\d+)", open(f"/proc/{C['pid']}/status").read()).group(1)) / 1024
 except (OSError, AttributeError):

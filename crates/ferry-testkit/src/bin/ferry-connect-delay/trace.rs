@@ -171,3 +171,91 @@ fn zero_linger(fd: i32) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("ferry-connect-delay-{name}-{}", std::process::id()))
+    }
+
+    fn trace_to(path: &std::path::Path) -> Arc<Trace> {
+        Arc::new(Trace {
+            out: Mutex::new(BufWriter::new(File::create(path).unwrap())),
+            next: AtomicU64::new(1),
+        })
+    }
+
+    fn lines(path: &std::path::Path) -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap();
+        std::fs::remove_file(path).unwrap();
+        text.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_message_ends_when_bytes_come_the_other_way() {
+        let path = scratch("unit");
+        let conn = Conn {
+            trace: trace_to(&path),
+            id: 7,
+            open: Mutex::new([None, None]),
+        };
+        conn.read(0, 1.0, 100);
+        conn.written(0, 1.5);
+        conn.read(0, 2.0, 50);
+        conn.written(0, 2.5);
+        conn.read(1, 3.0, 10);
+        conn.written(1, 3.25);
+        conn.read(0, 4.0, 5);
+        conn.close();
+        assert_eq!(
+            lines(&path),
+            [
+                "msg 7 up 1.000000 2.000000 2.500000 150",
+                "msg 7 down 3.000000 3.000000 3.250000 10",
+                "msg 7 up 4.000000 4.000000 4.000000 5",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_traced_relay_passes_a_request_and_its_answer_and_logs_both() {
+        let path = scratch("relay");
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = server.local_addr().unwrap();
+        let answering = tokio::spawn(async move {
+            let (mut s, _) = server.accept().await.unwrap();
+            let mut req = [0u8; 5];
+            s.read_exact(&mut req).await.unwrap();
+            s.write_all(b"ok:").await.unwrap();
+            s.write_all(&req).await.unwrap();
+        });
+        let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = front.local_addr().unwrap();
+        let trace = trace_to(&path);
+        let relaying = tokio::spawn(async move {
+            let (c, _) = front.accept().await.unwrap();
+            relay(trace, now(), c, upstream).await
+        });
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"hello").await.unwrap();
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"ok:hello");
+        answering.await.unwrap();
+        drop(client);
+        relaying.await.unwrap().unwrap();
+        let lines = lines(&path);
+        let fields: Vec<Vec<&str>> = lines.iter().map(|l| l.split(' ').collect()).collect();
+        assert_eq!(fields.len(), 3, "{lines:?}");
+        assert_eq!(fields[0][..2], ["open", "1"]);
+        assert_eq!([fields[1][2], fields[1][6]], ["up", "5"]);
+        assert_eq!([fields[2][2], fields[2][6]], ["down", "8"]);
+        // The answer came after the request was handed on.
+        let handed_on: f64 = fields[1][5].parse().unwrap();
+        let answered: f64 = fields[2][3].parse().unwrap();
+        assert!(answered >= handed_on, "{lines:?}");
+    }
+}
