@@ -31,6 +31,13 @@ case ${PROFILE:=wan} in
   *) echo "unknown PROFILE=$PROFILE (wan|lan|far|slow|lfp|lossy|drop|asym|custom)" >&2; return 2 ;;
 esac
 : "${AGG_DOWN_MBPS:=$AGG_MBPS}" "${LOSSY:=0}" "${DROP_AT:=0}" "${DROP_FOR:=0}" "${HANDSHAKE:=1}"
+# HOPS_TRACE=DIR: the S3 proxies log each request's hops there (see delay_proxy, link_up).
+if [ -n "${HOPS_TRACE:-}" ]; then
+  mkdir -p "$HOPS_TRACE" && HOPS_TRACE=$(cd "$HOPS_TRACE" && pwd) || return 2
+  STORE_PORT=9110
+else
+  STORE_PORT=9100
+fi
 NS=${NS:-ferrybench}
 TOOLS=${FERRY_TOOLS:-$HOME/.cache/ferry/bin}
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -66,7 +73,8 @@ shape_lo() {
   # unclassified packets bypass shaping) into one tbf per direction, each on the hop
   # *before* toxiproxy so the real sender feels the aggregate cap:
   #   up:   client -> proxy  (dport 9000/9001, and 9002 for GCS=1)
-  #   down: server -> proxy  (sport 9100/9101, and 9200 for GCS=1)
+  #   down: server -> proxy  (sport 9100/9101, and 9200 for GCS=1; with HOPS_TRACE the
+  #         traced proxy in front of MinIO, 9110, so that MinIO's own hop is not shaped)
   # Shaping proxy -> client instead lets toxiproxy's latency toxic queue up to 1024 chunks
   # per connection whenever conns x CONN > AGG (measured: 1 GiB RSS after 5 s, 32 streams).
   local rate=$(( AGG_MBPS * 8 ))mbit down=$(( AGG_DOWN_MBPS * 8 ))mbit port   # tc: mbit = 10^6 bit/s ("mbps" would be bytes!)
@@ -78,7 +86,7 @@ shape_lo() {
   for port in 9000 9001 ${GCS_PORTS_UP:-}; do
     nsx tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip dport $port 0xffff flowid 1:1
   done
-  for port in 9100 9101 ${GCS_PORTS_DOWN:-}; do
+  for port in "$STORE_PORT" 9101 ${GCS_PORTS_DOWN:-}; do
     nsx tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip sport $port 0xffff flowid 1:2
   done
 }
@@ -118,7 +126,7 @@ expose() { # name public upstream
 # HOPS_TRACE=DIR: it logs each message's times to DIR/delay-NAME.trace (see its doc).
 delay_proxy() { # name listen upstream delay_ms
   local pid _
-  ip netns exec "$NS" env ${HOPS_TRACE:+FERRY_CONNECT_DELAY_TRACE=$HOPS_TRACE/delay-$1.trace} \
+  ip netns exec "$NS" env ${HOPS_TRACE:+"FERRY_CONNECT_DELAY_TRACE=$HOPS_TRACE/delay-$1.trace"} \
     "$CONNECT_DELAY" "$2" "$3" "$4" >"$BENCH_DIR/delay-$1.log" 2>&1 &
   pid=$!; echo $pid >"$BENCH_DIR/delay-$1.pid"
   for _ in $(seq 50); do   # listening, or it died: then say so, not "connection refused" later
@@ -174,11 +182,12 @@ link_up() { # [GiB of scratch space wanted]
     (cd "$BENCH/.." && cargo build --release -q -p ferry-testkit --bin ferry-connect-delay)
   fi
   if [ -n "${HOPS_TRACE:-}" ]; then
-    # A second traced proxy, with no delay, between toxiproxy and MinIO: its answers' times
-    # are MinIO's own. MinIO still sends from port 9100, so the down shaper is unchanged.
-    [ -x "$CONNECT_DELAY" ] || (cd "$BENCH/.." && cargo build --release -q -p ferry-testkit --bin ferry-connect-delay)
-    delay_proxy store 127.0.0.1:9110 127.0.0.1:9100 0
-    expose s3 127.0.0.1:9000 127.0.0.1:9110
+    # A second traced proxy, with no delay, between toxiproxy and MinIO, on MinIO's side of
+    # the down shaper (which shapes its port instead: see shape_lo): its answers' times are
+    # MinIO's own. Built whatever is there: an older build would trace nothing.
+    (cd "$BENCH/.." && cargo build --release -q -p ferry-testkit --bin ferry-connect-delay)
+    delay_proxy store 127.0.0.1:$STORE_PORT 127.0.0.1:9100 0
+    expose s3 127.0.0.1:9000 127.0.0.1:$STORE_PORT
   else
     expose s3 127.0.0.1:9000 127.0.0.1:9100
   fi

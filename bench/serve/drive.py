@@ -129,14 +129,31 @@ def marks() -> dict:
 
 
 # What each process here is, by its name (/proc cuts it at 15 bytes): the flood's CPU per part.
+# "clients" are every restic process: the WAL's too with WAL_CLIENT=restic; with http the
+# WAL pushers are threads of this driver, "drive".
 GROUPS = {"restic": "clients", "head": "clients", "nice": "clients", "minio": "store",
-          "toxiproxy-serve": "link", "ferry-connect-d": "link", "ferry": "server",
+          "toxiproxy-serve": "toxiproxy", "ferry-connect-d": "delay", "ferry": "server",
           "rest-server": "server", "python3": "drive"}
 
 
 def processes() -> tuple[dict, float]:
     """pid -> (group, CPU seconds with its reaped children) for this network namespace's
-    processes, and the CPU seconds of this driver's reaped children (the restic clients)."""
+    processes, and the CPU seconds of this driver's reaped children (the restic clients).
+    Other threads reap children meanwhile: a scan during which that happened is done again,
+    or a child could be counted both live and reaped, or neither."""
+    while True:
+        before = reaped_now()
+        out, reaped = scan()
+        if reaped_now() == before == reaped:
+            return out, reaped
+
+
+def reaped_now() -> float:
+    f = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[13]) + int(f[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def scan() -> tuple[dict, float]:
     tck, me = os.sysconf("SC_CLK_TCK"), os.readlink("/proc/self/ns/net")
     out, reaped = {}, 0.0
     for pid in os.listdir("/proc"):

@@ -9,11 +9,16 @@ own times; HOPS_DIR holds ferry-connect-delay's traces (`HOPS_TRACE=DIR bench/se
 `delay-store.trace` one between toxiproxy and MinIO (`store`). For each request (a message
 up, then the answer down on the same connection) a proxy sees:
 
-  send    first byte in -> last byte handed on (at the edge: the shaper, then toxiproxy's
-          per-connection rate; 1 MiB at 8 MB/s is 131 ms)
+  send    first byte in -> last byte handed on (at the edge: the shaper, then toxiproxy
+          taking the body into its buffers, about 35 ms for 1 MiB; at the store: toxiproxy
+          delivering it at the per-connection rate, 1 MiB at 8 MB/s is 131 ms)
   answer  last byte handed on -> first byte of the answer back (at the edge: the round
           trip, 80 ms on wan, plus what toxiproxy still holds, plus the store's time; at the
-          store: MinIO's own time)
+          store: MinIO's own time, its hop being off the shapers)
+
+The spans overlap: the edge's answer contains the store's send and answer. Pairing a message
+up with the next one down holds for plain HTTP/1 (the bench's MinIO); over TLS a session
+ticket sent down mid-request would split the request in two.
 
 Requests are told apart by size: `wal` carries 1 MiB (a WAL push's PUT), `small` under
 64 KiB (GET, HEAD, LIST and the like), `bulk` the rest. One line per bin: the WAL pushes
@@ -62,6 +67,8 @@ def main():
     for hop, name in (("edge", "delay-s3.trace"), ("store", "delay-store.trace")):
         path = os.path.join(sys.argv[2], name)
         if not os.path.exists(path):
+            if hop == "edge":
+                sys.exit(f"hops.py: no {path}: was the bench run with HOPS_TRACE={sys.argv[2]}?")
             continue
         for cls, first, send, answer in load(path)[1]:
             if t0 <= first < end:

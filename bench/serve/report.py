@@ -71,7 +71,7 @@ def figures(r: dict, column: str) -> dict:
     bk, rs = loop_stats(r["backups"], window), loop_stats(r["restores"], window)
     sync = r["sync"]
     log = r["server_log"]
-    cores = log["flood"].get("cores", {})   # runs before 2026-11-27 08:10Z have none
+    cores = log["flood"].get("cores", {})   # runs before 2026-11-27 08:00Z have none
     status = lambda ph, code: log[ph]["statuses"].get(code, 0)
     bad = {ph: sum(n for c, n in v["statuses"].items() if int(c) >= 500 and c != "503") for ph, v in log.items()}
     # Through the emulated link upward go the backups and the WAL: its use is both together.
@@ -109,7 +109,8 @@ def figures(r: dict, column: str) -> dict:
         "server_5xx_not_503": sum(bad.values()),
         "server_cpu_flood_s": log["flood"]["cpu_s"], "server_rss_mib": r["server_rss_mib"],
         "cores_clients": cores.get("clients"), "cores_server": cores.get("server"),
-        "cores_store_link": (cores["store"] + cores.get("link", 0.0)) if "store" in cores else None,
+        "cores_store_link": sum(cores.get(g, 0.0) for g in ("store", "toxiproxy", "delay", "link"))
+        if "store" in cores else None,
         "cores_drive": cores.get("drive"), "idle_pct": cores.get("idle_pct"),
     }
     detail = {"wal_base": b, "wal_flood": f, "wal_flood_idle_tenants": fi, "backups": bk, "restores": rs, "maint": r["maint"],
@@ -160,9 +161,9 @@ ROWS = [
     ("sync_max_s", "sync start: slowest backup, s", ""), ("sync_start_skew_s", "sync start: spawn spread, s", ""),
     ("server_503", "server: 503 answers, all phases", ""), ("server_5xx_not_503", "server: other 5xx", "0"),
     ("server_cpu_flood_s", "server: CPU s during the flood", ""), ("server_rss_mib", "server: peak RSS MiB", ""),
-    ("cores_clients", "flood cores: restic clients", ""), ("cores_server", "flood cores: server", ""),
+    ("cores_clients", "flood cores: restic processes", ""), ("cores_server", "flood cores: server", ""),
     ("cores_store_link", "flood cores: MinIO + link emulation", ""),
-    ("cores_drive", "flood cores: WAL pushers (driver)", ""), ("idle_pct", "flood: machine idle %", ""),
+    ("cores_drive", "flood cores: driver (+ http WAL pushers)", ""), ("idle_pct", "flood: machine idle %", ""),
 ]
 PAIRS = {"backup_runs": "backup_failed", "restore_runs": "restore_failed", "maint_s": "maint_rc",
          "wal_pushes_base": "wal_pushes_flood"}

@@ -3,12 +3,11 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 
 use super::{connect, CHUNK};
@@ -118,30 +117,34 @@ pub async fn relay(
         "open {id} {accepted:.6} {relayed:.6} {:.6}\n",
         now()
     ));
-    let fds = [client.as_raw_fd(), server.as_raw_fd()];
-    let conn = Arc::new(Conn {
+    let conn = Conn {
         trace,
         id,
         open: Mutex::new([None, None]),
-    });
-    // The halves live here until the end, so that the descriptors are still theirs below.
-    let (mut client_r, mut client_w) = client.into_split();
-    let (mut server_r, mut server_w) = server.into_split();
-    let up = copy(&conn, 0, &mut client_r, &mut server_w);
-    let down = copy(&conn, 1, &mut server_r, &mut client_w);
-    let (up, down) = tokio::join!(up, down);
+    };
+    let (mut client, mut server) = (client, server);
+    // Borrowed halves: unlike owned ones they send no FIN when dropped, so an error below
+    // leaves the sockets for the zero linger to reset.
+    let copied = {
+        let (mut client_r, mut client_w) = client.split();
+        let (mut server_r, mut server_w) = server.split();
+        let up = copy(&conn, 0, &mut client_r, &mut server_w);
+        let down = copy(&conn, 1, &mut server_r, &mut client_w);
+        // As copy_bidirectional: the first error ends both ways.
+        tokio::try_join!(up, down)
+    };
     conn.close();
-    if up.is_err() || down.is_err() {
+    if let Err(e) = copied {
         // A reset must reach the other side as one (see the plain relay).
-        for fd in fds {
-            zero_linger(fd);
-        }
+        let _ = client.set_zero_linger();
+        let _ = server.set_zero_linger();
+        return Err(e);
     }
-    up.and(down)
+    Ok(())
 }
 
 async fn copy(
-    conn: &Conn, dir: usize, from: &mut OwnedReadHalf, to: &mut OwnedWriteHalf,
+    conn: &Conn, dir: usize, from: &mut ReadHalf<'_>, to: &mut WriteHalf<'_>,
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; CHUNK];
     loop {
@@ -152,23 +155,6 @@ async fn copy(
         conn.read(dir, now(), n);
         to.write_all(&buf[..n]).await?;
         conn.written(dir, now());
-    }
-}
-
-fn zero_linger(fd: i32) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: a socket still open (the caller holds its halves), a linger of the right size.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        );
     }
 }
 
@@ -253,9 +239,43 @@ mod tests {
         assert_eq!(fields[0][..2], ["open", "1"]);
         assert_eq!([fields[1][2], fields[1][6]], ["up", "5"]);
         assert_eq!([fields[2][2], fields[2][6]], ["down", "8"]);
-        // The answer came after the request was handed on.
-        let handed_on: f64 = fields[1][5].parse().unwrap();
-        let answered: f64 = fields[2][3].parse().unwrap();
-        assert!(answered >= handed_on, "{lines:?}");
+    }
+
+    #[tokio::test]
+    async fn a_reset_from_upstream_reaches_the_client_as_a_reset() {
+        let path = scratch("reset");
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = server.local_addr().unwrap();
+        let resetting = tokio::spawn(async move {
+            let (mut s, _) = server.accept().await.unwrap();
+            let mut req = [0u8; 5];
+            s.read_exact(&mut req).await.unwrap();
+            s.set_zero_linger().unwrap();
+        });
+        let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = front.local_addr().unwrap();
+        let trace = trace_to(&path);
+        let relaying = tokio::spawn(async move {
+            let (c, _) = front.accept().await.unwrap();
+            relay(trace, now(), c, upstream).await
+        });
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"hello").await.unwrap();
+        resetting.await.unwrap();
+        // The client keeps its side open and waits for an answer: the relay must end both
+        // ways on the upstream's reset, not wait for the client.
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            client.read_to_end(&mut answer),
+        )
+        .await
+        .expect("the relay passed the reset on");
+        assert_eq!(
+            read.unwrap_err().kind(),
+            std::io::ErrorKind::ConnectionReset
+        );
+        assert!(relaying.await.unwrap().is_err());
+        lines(&path);
     }
 }
