@@ -72,6 +72,14 @@ RESTIC_VERSION=$("$RESTIC" version | awk '{print $2}')
 LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
+# The clients' URL for a server on PORT. With HOPS_TRACE they reach it through a traced proxy
+# (PORT + 10, no delay, TLS passed through): when a body came in, and when the server took it.
+front() { # name port
+  URL=https://127.0.0.1:$2
+  [ -n "${HOPS_TRACE:-}" ] || return 0
+  [ -f "$BENCH_DIR/delay-$1.pid" ] || delay_proxy "$1" "127.0.0.1:$(( $2 + 10 ))" "127.0.0.1:$2" 0
+  URL=https://127.0.0.1:$(( $2 + 10 ))
+}
 start_ferry() { # target store-dir-or-url log
   { printf '[serve]\nlisten = "127.0.0.1:%s"\nbackend = "%s"\ntls_cert = "%s"\ntls_key = "%s"\n' \
       "$FERRY_PORT" "$2" "$CERT" "$KEY"
@@ -79,7 +87,7 @@ start_ferry() { # target store-dir-or-url log
   ip netns exec "$NS" env AWS_ENDPOINT_URL=http://127.0.0.1:9000 "$FERRY" --config "$W/ferry.toml" serve 2>"$3" &
   echo $! >"$BENCH_DIR/server.pid"
   wait_http "https://127.0.0.1:$FERRY_PORT/healthz" --cacert "$CA"
-  URL=https://127.0.0.1:$FERRY_PORT
+  front ferry "$FERRY_PORT"
 }
 start_rest() { # store-dir log
   ip netns exec "$NS" "$TOOLS/rest-server" --listen "127.0.0.1:$REST_PORT" --path "$1" --tls --tls-cert "$CERT" \
@@ -88,7 +96,7 @@ start_rest() { # store-dir log
   echo $! >"$BENCH_DIR/server.pid"
   touch "$2"
   wait_http "https://127.0.0.1:$REST_PORT/metrics" --cacert "$CA"
-  URL=https://127.0.0.1:$REST_PORT
+  front rest "$REST_PORT"
 }
 stop_server() {
   local p; p=$(cat "$BENCH_DIR/server.pid"); kill "$p" 2>/dev/null || :

@@ -6,7 +6,8 @@
 RESULTS is drive.py's per-run JSON (`OUT`'s -logs dir), for the phases and the WAL pushes'
 own times; HOPS_DIR holds ferry-connect-delay's traces (`HOPS_TRACE=DIR bench/serve.sh`).
 `delay-s3.trace` is the proxy after the up link's shaper and before toxiproxy (`edge`);
-`delay-store.trace` one between toxiproxy and MinIO (`store`). For each request (a message
+`delay-store.trace` one between toxiproxy and MinIO (`store`); `delay-ferry.trace` one
+between the clients and ferry serve (`front`, in the summary at the end only: TLS). For each request (a message
 up, then the answer down on the same connection) a proxy sees:
 
   send    first byte in -> last byte handed on (at the edge: the shaper, then toxiproxy
@@ -55,6 +56,33 @@ def load(path):
 
 
 COLUMNS = [("edge", "wal"), ("store", "wal"), ("store", "small"), ("store", "bulk")]
+TRACES = (("front", "delay-ferry.trace"), ("edge", "delay-s3.trace"), ("store", "delay-store.trace"))
+
+
+def summary(path, t0, flood, end):
+    """Per phase, the WAL-sized requests through one proxy: how long their bytes took to come
+    in (the sender's pace), how long the last write waited after the last read (the
+    receiver's), and the answer; p50 / p99 / max in ms."""
+    msgs = defaultdict(list)
+    for line in open(path):
+        f = line.split()
+        if f[0] == "msg":
+            msgs[f[1]].append((f[2], float(f[3]), float(f[4]), float(f[5]), int(f[6])))
+    q = lambda xs, p: sorted(xs)[max(0, int(p * len(xs)) - 1)]
+    for phase, (a, b) in (("alone", (t0 + 5, flood)), ("flood", (flood, end))):
+        come, wait, answer = [], [], []
+        for seq in msgs.values():
+            for m, nxt in zip(seq, seq[1:] + [None]):
+                # A WAL body, plain (1 MiB and headers) or in TLS records (about 1 % more).
+                if m[0] == "up" and WAL <= m[4] < WAL + WAL // 32 and a <= m[1] < b:
+                    come.append(1000 * (m[2] - m[1]))
+                    wait.append(1000 * (m[3] - m[2]))
+                    if nxt is not None and nxt[0] == "down":
+                        answer.append(1000 * (nxt[1] - m[3]))
+        if not come:
+            continue
+        f = lambda xs: "%4.0f %4.0f %4.0f" % (q(xs, .5), q(xs, .99), max(xs)) if xs else "   -    -    -"
+        print("  %-5s %5d  coming in %s | write waiting %s | answer %s" % (phase, len(come), f(come), f(wait), f(answer)))
 
 
 def main():
@@ -64,7 +92,7 @@ def main():
     alone = [w["secs"] for w in res["wal"] if w["start"] < res["t"]["flood"]]
     slow = 2 * statistics.median(alone)
     bins = defaultdict(lambda: defaultdict(list))
-    for hop, name in (("edge", "delay-s3.trace"), ("store", "delay-store.trace")):
+    for hop, name in TRACES[1:]:
         path = os.path.join(sys.argv[2], name)
         if not os.path.exists(path):
             if hop == "edge":
@@ -86,6 +114,12 @@ def main():
             xs = bins[b][c]
             line += "       %5d %s %s |" % (len(xs), ms([x[0] for x in xs]), ms([x[1] for x in xs]))
         print(line)
+    print("WAL-sized requests per proxy (p50 p99 max, ms):")
+    for hop, name in TRACES:
+        path = os.path.join(sys.argv[2], name)
+        if os.path.exists(path):
+            print(hop)
+            summary(path, t0, res["t"]["flood"], res["t"]["deadline"])
 
 
 if __name__ == "__main__":
