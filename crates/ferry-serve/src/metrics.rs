@@ -126,6 +126,10 @@ pub struct Done {
     pub bytes_in: u64,
     /// Body bytes sent.
     pub bytes_out: u64,
+    /// Waiting for memory to hold a write's body.
+    pub memory: Duration,
+    /// Receiving a write's body.
+    pub body: Duration,
     /// Waiting for a slot.
     pub wait: Duration,
     /// The store work.

@@ -339,7 +339,7 @@ impl Server {
         // Writes: refused before the body is read, then read whole (its length checked)
         // before a slot is taken: a slow client holds its memory, not a slot.
         let (body, _memory) = if let Op::Put { .. } | Op::PutPart { .. } = r.op {
-            match self.read_body(t, r.class, req).await {
+            match self.read_body(t, r.class, req, &mut done).await {
                 Ok((b, m)) => (Some(b), Some(m)),
                 Err(e) => return (refuse(&e), done),
             }
@@ -369,9 +369,10 @@ impl Server {
     }
 
     /// The body of a write, read whole into one buffer of its announced length; with the
-    /// share of the body-memory budget it holds until the write is done.
+    /// share of the body-memory budget it holds until the write is done. The time waiting
+    /// for memory and the time receiving go to `done`: the access log tells them apart.
     async fn read_body(
-        &self, t: &TenantState, class: Class, req: Request<Incoming>,
+        &self, t: &TenantState, class: Class, req: Request<Incoming>, done: &mut Done,
     ) -> Result<(Bytes, Held), Refused> {
         let len = req
             .headers()
@@ -379,7 +380,11 @@ impl Server {
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
             .ok_or_else(|| Refused::new(411, "a Content-Length is needed"))?;
         self.objects.may_write(t, len).await?;
-        let memory = self.hold(t, class, len).await?;
+        let holding = Instant::now();
+        let memory = self.hold(t, class, len).await;
+        done.memory = holding.elapsed();
+        let memory = memory?;
+        let receiving = Instant::now();
         // One buffer of the announced size, filled frame by frame (collecting the frames and
         // joining them would hold the body twice), from the block-buffer pool: a fresh
         // multi-MiB buffer per body faulted in every page, a tenth of the server's CPU under
@@ -405,9 +410,9 @@ impl Server {
             }
             Ok(())
         };
-        tokio::time::timeout(deadline, read)
-            .await
-            .map_err(|_| Refused::new(408, "the body came too slowly"))??;
+        let read = tokio::time::timeout(deadline, read).await;
+        done.body = receiving.elapsed();
+        read.map_err(|_| Refused::new(408, "the body came too slowly"))??;
         if buf.len() as u64 != len {
             return Err(Refused::new(
                 400,
@@ -617,6 +622,8 @@ fn log(
         "status": d.status,
         "in": d.bytes_in,
         "out": d.bytes_out,
+        "memory_ms": d.memory.as_secs_f64() * 1e3,
+        "body_ms": d.body.as_secs_f64() * 1e3,
         "wait_ms": d.wait.as_secs_f64() * 1e3,
         "service_ms": d.service.as_secs_f64() * 1e3,
         "total_ms": took.as_secs_f64() * 1e3,

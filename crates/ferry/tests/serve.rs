@@ -547,6 +547,18 @@ fn a_slow_client_does_not_hold_up_the_others() {
         std::fs::read(served.store.join("bob/slow")).unwrap(),
         vec![5u8; 64 << 10]
     );
+    // The access log puts the slow upload's time where it was: receiving its body, not
+    // waiting for memory nor for a slot.
+    let log = served.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains(r#""path":"/v1/bob/slow""#))
+        .unwrap_or_else(|| panic!("no access-log line for the slow upload:\n{log}"));
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let ms = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k} in {line}"));
+    assert!(ms("body_ms") > 4000.0, "{line}");
+    assert!(ms("memory_ms") < 1000.0 && ms("wait_ms") < 1000.0, "{line}");
+    assert!(ms("total_ms") >= ms("body_ms"), "{line}");
 }
 
 /// Eight clients writing; the server killed with SIGKILL among them, then started again:
