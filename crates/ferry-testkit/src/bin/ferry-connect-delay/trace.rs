@@ -206,27 +206,47 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn the_traced_relay_passes_a_request_and_its_answer_and_logs_both() {
-        let path = scratch("relay");
+    type Task<T> = tokio::task::JoinHandle<T>;
+
+    /// An upstream that reads a 5-byte request, then does `then` with its socket; a traced
+    /// relay in front of it; and a client that has sent "hello" through both. Returns the
+    /// client, the upstream's task and the relay's.
+    async fn hello_through_relay<F, Fut>(
+        path: &std::path::Path, then: F,
+    ) -> (TcpStream, Task<()>, Task<std::io::Result<()>>)
+    where
+        F: FnOnce(TcpStream, [u8; 5]) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
         let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let upstream = server.local_addr().unwrap();
         let answering = tokio::spawn(async move {
             let (mut s, _) = server.accept().await.unwrap();
             let mut req = [0u8; 5];
             s.read_exact(&mut req).await.unwrap();
-            s.write_all(b"ok:").await.unwrap();
-            s.write_all(&req).await.unwrap();
+            then(s, req).await;
         });
         let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = front.local_addr().unwrap();
-        let trace = trace_to(&path);
+        let trace = trace_to(path);
         let relaying = tokio::spawn(async move {
             let (c, _) = front.accept().await.unwrap();
             relay(trace, now(), c, upstream).await
         });
         let mut client = TcpStream::connect(addr).await.unwrap();
         client.write_all(b"hello").await.unwrap();
+        (client, answering, relaying)
+    }
+
+    #[tokio::test]
+    async fn the_traced_relay_passes_a_request_and_its_answer_and_logs_both() {
+        let path = scratch("relay");
+        let (mut client, answering, relaying) =
+            hello_through_relay(&path, |mut s, req| async move {
+                s.write_all(b"ok:").await.unwrap();
+                s.write_all(&req).await.unwrap();
+            })
+            .await;
         let mut answer = Vec::new();
         client.read_to_end(&mut answer).await.unwrap();
         assert_eq!(answer, b"ok:hello");
@@ -244,23 +264,10 @@ mod tests {
     #[tokio::test]
     async fn a_reset_from_upstream_reaches_the_client_as_a_reset() {
         let path = scratch("reset");
-        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream = server.local_addr().unwrap();
-        let resetting = tokio::spawn(async move {
-            let (mut s, _) = server.accept().await.unwrap();
-            let mut req = [0u8; 5];
-            s.read_exact(&mut req).await.unwrap();
+        let (mut client, resetting, relaying) = hello_through_relay(&path, |s, _| async move {
             s.set_zero_linger().unwrap();
-        });
-        let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = front.local_addr().unwrap();
-        let trace = trace_to(&path);
-        let relaying = tokio::spawn(async move {
-            let (c, _) = front.accept().await.unwrap();
-            relay(trace, now(), c, upstream).await
-        });
-        let mut client = TcpStream::connect(addr).await.unwrap();
-        client.write_all(b"hello").await.unwrap();
+        })
+        .await;
         resetting.await.unwrap();
         // The client keeps its side open and waits for an answer: the relay must end both
         // ways on the upstream's reset, not wait for the client.
