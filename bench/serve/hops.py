@@ -36,23 +36,33 @@ from collections import defaultdict
 WAL = 1 << 20
 
 
-def load(path):
-    opens, msgs = [], defaultdict(list)
+def messages(path):
+    """A trace's messages per connection, in order: (up|down, first read, last read, last
+    written, bytes)."""
+    msgs = defaultdict(list)
     for line in open(path):
         f = line.split()
-        if f[0] == "open":
-            opens.append(float(f[1]))
-        elif f[0] == "msg":
-            msgs[int(f[1])].append((f[2], float(f[3]), float(f[4]), float(f[5]), int(f[6])))
-    requests = []  # (class, first_in, send, answer)
+        if f[0] == "msg":
+            msgs[f[1]].append((f[2], float(f[3]), float(f[4]), float(f[5]), int(f[6])))
+    return msgs
+
+
+def is_wal(size):
+    """A WAL push's body: 1 MiB and headers, plain or in TLS records (about 1 % more)."""
+    return WAL <= size < WAL + WAL // 32
+
+
+def requests(msgs):
+    """(class, first byte in, send, answer) of each message up answered by one down."""
+    out = []
     for seq in msgs.values():
         for m, nxt in zip(seq, seq[1:] + [None]):
             if m[0] != "up" or nxt is None or nxt[0] != "down":
                 continue
             _, first, _, written, size = m
-            cls = "wal" if WAL <= size < WAL + 16384 else "small" if size < 65536 else "bulk"
-            requests.append((cls, first, written - first, nxt[1] - written))
-    return opens, requests
+            cls = "wal" if is_wal(size) else "small" if size < 65536 else "bulk"
+            out.append((cls, first, written - first, nxt[1] - written))
+    return out
 
 
 COLUMNS = [("edge", "wal"), ("store", "wal"), ("store", "small"), ("store", "bulk")]
@@ -63,18 +73,13 @@ def summary(path, t0, flood, end):
     """Per phase, the WAL-sized requests through one proxy: how long their bytes took to come
     in (the sender's pace), how long the last write waited after the last read (the
     receiver's), and the answer; p50 / p99 / max in ms."""
-    msgs = defaultdict(list)
-    for line in open(path):
-        f = line.split()
-        if f[0] == "msg":
-            msgs[f[1]].append((f[2], float(f[3]), float(f[4]), float(f[5]), int(f[6])))
+    msgs = messages(path)
     q = lambda xs, p: sorted(xs)[max(0, int(p * len(xs)) - 1)]
     for phase, (a, b) in (("alone", (t0 + 5, flood)), ("flood", (flood, end))):
         come, wait, answer = [], [], []
         for seq in msgs.values():
             for m, nxt in zip(seq, seq[1:] + [None]):
-                # A WAL body, plain (1 MiB and headers) or in TLS records (about 1 % more).
-                if m[0] == "up" and WAL <= m[4] < WAL + WAL // 32 and a <= m[1] < b:
+                if m[0] == "up" and is_wal(m[4]) and a <= m[1] < b:
                     come.append(1000 * (m[2] - m[1]))
                     wait.append(1000 * (m[3] - m[2]))
                     if nxt is not None and nxt[0] == "down":
@@ -98,7 +103,7 @@ def main():
             if hop == "edge":
                 sys.exit(f"hops.py: no {path}: was the bench run with HOPS_TRACE={sys.argv[2]}?")
             continue
-        for cls, first, send, answer in load(path)[1]:
+        for cls, first, send, answer in requests(messages(path)):
             if t0 <= first < end:
                 bins[int((first - t0) // step)][hop, cls].append((send, answer))
     pushes = defaultdict(list)
