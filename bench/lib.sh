@@ -39,6 +39,11 @@ else
   STORE_PORT=9100
 fi
 NS=${NS:-ferrybench}
+# Scheduling priority (nice) of the link's emulation (toxiproxy, the connect delays) and of
+# MinIO. On a real network neither the wire nor the store runs on the client's cores; here
+# they share two, and a negative LINK_NICE keeps a busy workload from slowing the emulated
+# wire itself (bench/serve.sh's flood). 0 by default, as every figure before 2026-11-27 ran.
+LINK_NICE=${LINK_NICE:-0} STORE_NICE=${STORE_NICE:-0}
 TOOLS=${FERRY_TOOLS:-$HOME/.cache/ferry/bin}
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONNECT_DELAY=${CONNECT_DELAY:-$BENCH/../target/release/ferry-connect-delay}
@@ -127,7 +132,7 @@ expose() { # name public upstream
 delay_proxy() { # name listen upstream delay_ms
   local pid _
   ip netns exec "$NS" env ${HOPS_TRACE:+"FERRY_CONNECT_DELAY_TRACE=$HOPS_TRACE/delay-$1.trace"} \
-    "$CONNECT_DELAY" "$2" "$3" "$4" >"$BENCH_DIR/delay-$1.log" 2>&1 &
+    nice -n "$LINK_NICE" "$CONNECT_DELAY" "$2" "$3" "$4" >"$BENCH_DIR/delay-$1.log" 2>&1 &
   pid=$!; echo $pid >"$BENCH_DIR/delay-$1.pid"
   for _ in $(seq 50); do   # listening, or it died: then say so, not "connection refused" later
     nsx ss -Hltn "sport = :${2##*:}" | grep -q . && return 0
@@ -167,10 +172,10 @@ link_up() { # [GiB of scratch space wanted]
   [ "${GCS:-0}" = 1 ] && GCS_PORTS_UP=9002 GCS_PORTS_DOWN=9200
   shape_lo
   MINIO_ROOT_USER=minioadmin MINIO_ROOT_PASSWORD=minioadmin MINIO_UPDATE=off MINIO_BROWSER=off \
-    ip netns exec "$NS" "$TOOLS/minio" server --quiet --address 127.0.0.1:9100 ${MINIO_CERTS:+--certs-dir "$MINIO_CERTS"} \
+    ip netns exec "$NS" nice -n "$STORE_NICE" "$TOOLS/minio" server --quiet --address 127.0.0.1:9100 ${MINIO_CERTS:+--certs-dir "$MINIO_CERTS"} \
     "$BENCH_DIR/minio" >"$BENCH_DIR/minio.log" 2>&1 &
   echo $! >"$BENCH_DIR/minio.pid"   # not via nsx: a backgrounded function is a subshell, and
-  ip netns exec "$NS" "$TOOLS/toxiproxy-server" -host 127.0.0.1 -port 8474 >"$BENCH_DIR/toxiproxy.log" 2>&1 &
+  ip netns exec "$NS" nice -n "$LINK_NICE" "$TOOLS/toxiproxy-server" -host 127.0.0.1 -port 8474 >"$BENCH_DIR/toxiproxy.log" 2>&1 &
   echo $! >"$BENCH_DIR/toxiproxy.pid" # $! must be the server (ip netns exec execs into it)
   wait_http http://127.0.0.1:8474/version
   if [ -n "${MINIO_CERTS:-}" ]; then
@@ -204,7 +209,7 @@ link_up() { # [GiB of scratch space wanted]
   fi
   echo "link up: ns $NS, PROFILE=$PROFILE RTT ${RTT_MS}ms, ${CONN_MBPS} MB/s/conn, ${AGG_MBPS} MB/s aggregate;" \
        "handshake $([ "$HANDSHAKE" = 1 ] && echo "${RTT_MS}ms" || echo free);" \
-       "tbf burst $TBF_BURST latency $TBF_LATENCY; S3 via ${MINIO_CERTS:+https://}127.0.0.1:9000;" \
+       "tbf burst $TBF_BURST latency $TBF_LATENCY; nice: link $LINK_NICE, store $STORE_NICE; S3 via ${MINIO_CERTS:+https://}127.0.0.1:9000;" \
        "${GCS_PORTS_UP:+GCS via http://127.0.0.1:9002; }scratch $BENCH_DIR" >&2
 }
 

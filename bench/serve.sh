@@ -147,7 +147,7 @@ import json, sys
 json.dump({"tenants": $TENANTS, "backups": $BACKUPS, "restores": $RESTORES, "base_secs": $BASE_SECS,
   "flood_secs": $FLOOD_SECS, "wal_interval": $WAL_INTERVAL, "wal_mib": $WAL_MIB, "backup_mb": $BACKUP_MB,
   "sync_mb": $SYNC_MB, "wal_client": "$WAL_CLIENT", "fast_kdf": $FAST_KDF, "kdf_n": $KDF_N, "repeat": $REPEAT,
-  "client_nice": $CLIENT_NICE, "targets": "$TARGETS", "profile": "$PROFILE", "rtt_ms": $RTT_MS, "conn_mbps": $CONN_MBPS, "agg_mbps": $AGG_MBPS,
+  "client_nice": $CLIENT_NICE, "link_nice": $LINK_NICE, "store_nice": $STORE_NICE, "targets": "$TARGETS", "profile": "$PROFILE", "rtt_ms": $RTT_MS, "conn_mbps": $CONN_MBPS, "agg_mbps": $AGG_MBPS,
   "rest_server": "$REST_VERSION", "restic": "$RESTIC_VERSION", "load_start": "$LOAD_START",
   "load_end": "$(cut -d' ' -f1 /proc/loadavg)"}, open(sys.argv[1], "w"))
 PY

@@ -190,7 +190,8 @@ print(f"\nferry serve vs rest-server {meta['rest_server']}, clients restic {meta
       f"{meta['restores']} restoring {meta['backup_mb']} MB), WAL {meta['wal_mib']} MiB every {meta['wal_interval']} s "
       f"via {meta['wal_client']}; {meta['base_secs']} s alone, {meta['flood_secs']} s flood; sync start "
       f"{meta['sync_mb']} MB each; medians of {meta['repeat']} run(s); load {meta['load_start']} -> {meta['load_end']}; "
-      f"backup/restore clients at nice {meta.get('client_nice', 0)}")
+      f"backup/restore clients at nice {meta.get('client_nice', 0)}; link emulation at nice "
+      f"{meta.get('link_nice', 0)}, MinIO at nice {meta.get('store_nice', 0)}")
 if "ferry-s3" in cols:
     print(f"ferry serve s3: backend MinIO through PROFILE={meta['profile']} (RTT {meta['rtt_ms']} ms, "
           f"{meta['conn_mbps']} MB/s per connection, {meta['agg_mbps']} MB/s aggregate); rest-server stores only "
