@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod route;
 pub mod sched;
 pub mod server;
+pub mod stall;
 pub mod store;
 
 use std::net::SocketAddr;

@@ -18,6 +18,9 @@ use ferry_store::ObjectInfo;
 const CACHED: &[&str] = &["index", "snapshots", "keys"];
 /// A listing older than this is filled again from the backend.
 pub const FRESH: Duration = Duration::from_secs(30);
+/// Most listings kept at once: any tenant may list directories that do not exist, as many as
+/// it likes, and each kept listing is memory.
+pub const MAX_DIRS: usize = 4096;
 
 /// Listings by their directory's full key (ending in `/`).
 #[derive(Debug, Default)]
@@ -78,6 +81,13 @@ impl Listings {
         let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
         if self.mark() != mark {
             return;
+        }
+        if dirs.len() >= MAX_DIRS && !dirs.contains_key(dir) {
+            // Stale ones are of no use; if none is, this listing goes unkept.
+            dirs.retain(|_, d| d.filled.elapsed() < FRESH);
+            if dirs.len() >= MAX_DIRS {
+                return;
+            }
         }
         dirs.insert(
             dir.to_string(),
@@ -154,5 +164,19 @@ mod tests {
             l.mark(),
         );
         assert!(l.get("base/alice/repo/data/").is_none());
+    }
+
+    #[test]
+    fn listings_kept_are_bounded() {
+        let l = Listings::default();
+        for i in 0..MAX_DIRS + 100 {
+            l.fill(&format!("base/carol/r{i}/index/"), &[], l.mark());
+        }
+        assert_eq!(l.dirs.lock().unwrap().len(), MAX_DIRS);
+        // The first ones are still kept and served; the ones past the bound are not.
+        assert!(l.get("base/carol/r0/index/").is_some());
+        assert!(l
+            .get(&format!("base/carol/r{}/index/", MAX_DIRS + 50))
+            .is_none());
     }
 }

@@ -232,10 +232,16 @@ impl Scheduler {
     }
 
     fn busy(&self) -> Busy {
-        let s = self.retry_after;
         Busy {
-            retry_after: Duration::from_secs(s + rand::rng().random_range(0..=s)),
+            retry_after: self.retry_after(),
         }
+    }
+
+    /// What a 503 tells its client to wait: `retry_after` plus up to as much again, at
+    /// random, so that the clients refused together do not come back together.
+    pub fn retry_after(&self) -> Duration {
+        let s = self.retry_after;
+        Duration::from_secs(s + rand::rng().random_range(0..=s))
     }
 
     /// Requests waiting, per tenant and class.

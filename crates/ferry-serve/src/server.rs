@@ -22,7 +22,8 @@ use crate::config::{hash_matches, Config};
 use crate::metrics::{Done, Metrics};
 use crate::route::{self, Op, Route};
 use crate::sched::{Class, Scheduler};
-use crate::store::{Objects, Refused, TenantState};
+use crate::stall::StallIo;
+use crate::store::{Objects, Refused, Reserved, TenantState};
 
 /// restic's v2 listing type: names with sizes.
 const RESTIC_V2: &str = "application/vnd.x.restic.rest.v2";
@@ -116,10 +117,12 @@ fn reply(status: u16, body: impl Into<Bytes>) -> Reply {
     r
 }
 
-fn refuse(e: &Refused) -> Reply {
+/// The answer to a refused request. A 503 says when to come back: `retry_after` (None: the
+/// scheduler's own, jittered).
+fn refuse_after(e: &Refused, retry_after: Option<Duration>) -> Reply {
     let mut r = reply(e.status, format!("{}\n", e.why));
-    if e.status == 503 {
-        r.headers_mut().insert(RETRY_AFTER, 1.into());
+    if let (503, Some(after)) = (e.status, retry_after) {
+        r.headers_mut().insert(RETRY_AFTER, after.as_secs().into());
     }
     if e.status == 401 {
         r.headers_mut().insert(
@@ -135,6 +138,11 @@ fn kib(bytes: u64) -> u32 {
 }
 
 impl Server {
+    /// The answer to a refused request; a 503 with a jittered Retry-After.
+    fn refuse(&self, e: &Refused) -> Reply {
+        refuse_after(e, Some(self.sched.retry_after()))
+    }
+
     /// A server for `cfg`'s tenants over `backend`, objects under `base` in it.
     pub fn new(
         cfg: &Config, backend: ferry_transfer::Remote, base: &str,
@@ -212,7 +220,10 @@ impl Server {
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEAD_TIMEOUT)
                     .max_buf_size(MAX_HEAD)
-                    .serve_connection(TokioIo::new(tls), service)
+                    .serve_connection(
+                        TokioIo::new(StallIo::new(tls, HEAD_TIMEOUT, MIN_RATE)),
+                        service,
+                    )
                     .await;
             });
         }
@@ -260,7 +271,7 @@ impl Server {
                             self.objects.bulk_limit(),
                         ),
                     ),
-                    false => refuse(&Refused::new(401, "a token is needed")),
+                    false => self.refuse(&Refused::new(401, "a token is needed")),
                 };
             }
             _ => {}
@@ -269,19 +280,19 @@ impl Server {
         let route = route::parse(&method, &path, req.uri().query());
         let (reply, class, done, tenant) = match (who, route) {
             (None, _) => (
-                refuse(&Refused::new(401, "unknown or missing token")),
+                self.refuse(&Refused::new(401, "unknown or missing token")),
                 None,
                 Done::default(),
                 None,
             ),
             (Some(t), Err(e)) => (
-                refuse(&Refused::new(400, e)),
+                self.refuse(&Refused::new(400, e)),
                 None,
                 Done::default(),
                 Some(t),
             ),
             (Some(t), Ok(r)) if r.tenant != t.cfg.name => (
-                refuse(&Refused::new(403, "another tenant's objects")),
+                self.refuse(&Refused::new(403, "another tenant's objects")),
                 Some(r.class),
                 Done::default(),
                 Some(t),
@@ -338,48 +349,107 @@ impl Server {
         let headers = req.headers().clone();
         // Writes: refused before the body is read, then read whole (its length checked)
         // before a slot is taken: a slow client holds its memory, not a slot.
-        let (body, _memory) = if let Op::Put { .. } | Op::PutPart { .. } = r.op {
+        let (body, _memory, reserved) = if let Op::Put { .. } | Op::PutPart { .. } = r.op {
             match self.read_body(t, r.class, req, &mut done).await {
-                Ok((b, m)) => (Some(b), Some(m)),
-                Err(e) => return (refuse(&e), done),
+                Ok((b, m, q)) => (Some(b), Some(m), Some(q)),
+                Err(e) => return (self.refuse(&e), done),
             }
         } else {
-            (None, None)
+            (None, None, None)
         };
-        let waited = Instant::now();
-        let permit = match self.sched.admit(&t.cfg.name, r.class).await {
-            Ok(p) => p,
-            Err(busy) => {
-                let mut rep = refuse(&Refused::new(503, "busy: try again after Retry-After"));
-                rep.headers_mut()
-                    .insert(RETRY_AFTER, busy.retry_after.as_secs().into());
-                return (rep, done);
+        let (mut body, mut reserved, mut held) = (body, reserved, None);
+        let mut retried = false;
+        let reply = loop {
+            let waited = Instant::now();
+            let permit = match self.sched.admit(&t.cfg.name, r.class).await {
+                Ok(p) => p,
+                Err(busy) => {
+                    let e = Refused::new(503, "busy: try again after Retry-After");
+                    return (refuse_after(&e, Some(busy.retry_after)), done);
+                }
+            };
+            done.wait += waited.elapsed();
+            let served = Instant::now();
+            let got = match &r.op {
+                Op::Get { key } => self.get(t, &r, key, &headers, held.take(), &mut done).await,
+                _ => {
+                    let (b, q) = (body.take(), reserved.take());
+                    self.op(t, &r, &headers, b, q, &mut done).await.map(Ok)
+                }
+            };
+            drop(permit);
+            done.service += served.elapsed();
+            match got {
+                Ok(Ok(rep)) => break rep,
+                // An answer that found no memory free waits for it without a slot, then
+                // comes back for one: a client that never reads its answers holds memory
+                // (its tenant's share first), never the slots the other tenants need.
+                Ok(Err(len)) if !retried => {
+                    retried = true;
+                    let holding = Instant::now();
+                    let got = self.hold(t, r.class, len).await;
+                    done.memory += holding.elapsed();
+                    match got {
+                        Ok(h) => held = Some((len, h)),
+                        Err(e) => break self.refuse(&e),
+                    }
+                }
+                Ok(Err(_)) => break self.refuse(&Refused::new(503, "busy: the object grew")),
+                Err(e) => break self.refuse(&e),
             }
         };
-        done.wait = waited.elapsed();
-        let served = Instant::now();
-        let reply = match self.op(t, &r, &headers, body, &mut done).await {
-            Ok(rep) => rep,
-            Err(e) => refuse(&e),
-        };
-        drop(permit);
-        done.service = served.elapsed();
         self.metrics.backend(r.op.name(), done.service);
         (reply, done)
+    }
+
+    /// A GET inside its slot: the object's span, then memory for it taken at once (or the
+    /// memory `held` from before, when it is enough), then its bytes. `Ok(Err(len))` when no
+    /// memory for `len` bytes was free: [`Server::run`] waits for it outside the slot.
+    async fn get(
+        &self, t: &TenantState, r: &Route, key: &str, headers: &HeaderMap,
+        held: Option<(u64, Held)>, done: &mut Done,
+    ) -> Result<Result<Reply, u64>, Refused> {
+        let o = &self.objects;
+        let (rg, size) = o.span(t, r.class, key, range(headers)?).await?;
+        let len = rg.end - rg.start;
+        let held = match held {
+            Some((n, h)) if n >= len => h,
+            other => {
+                // Memory held for a smaller answer goes back before more is asked for.
+                drop(other);
+                match self.hold_now(t, r.class, len) {
+                    Some(h) => h,
+                    None => return Ok(Err(len)),
+                }
+            }
+        };
+        // An empty object has no byte to give a range of: all of it, 200.
+        let ranged = headers.contains_key(RANGE) && size > 0;
+        let bytes = o.read(t, r.class, key, rg.clone()).await?;
+        done.bytes_out = bytes.len() as u64;
+        // The answer holds memory until it is written (or the client is gone).
+        let pinned = Bytes::from_owner(Pinned { bytes, _held: held });
+        let mut rep = reply(if ranged { 206 } else { 200 }, pinned);
+        if ranged {
+            let v = format!("bytes {}-{}/{size}", rg.start, rg.end.saturating_sub(1));
+            rep.headers_mut()
+                .insert("content-range", v.parse().expect("ascii"));
+        }
+        Ok(Ok(rep))
     }
 
     /// The body of a write, read whole into one buffer of its announced length; with the
     /// share of the body-memory budget it holds until the write is done. The time waiting
     /// for memory and the time receiving go to `done`: the access log tells them apart.
-    async fn read_body(
-        &self, t: &TenantState, class: Class, req: Request<Incoming>, done: &mut Done,
-    ) -> Result<(Bytes, Held), Refused> {
+    async fn read_body<'t>(
+        &self, t: &'t TenantState, class: Class, req: Request<Incoming>, done: &mut Done,
+    ) -> Result<(Bytes, Held, Reserved<'t>), Refused> {
         let len = req
             .headers()
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
             .ok_or_else(|| Refused::new(411, "a Content-Length is needed"))?;
-        self.objects.may_write(t, len).await?;
+        let reserved = self.objects.may_write(t, len).await?;
         let holding = Instant::now();
         let memory = self.hold(t, class, len).await;
         done.memory = holding.elapsed();
@@ -419,7 +489,7 @@ impl Server {
                 "the body is shorter than its Content-Length",
             ));
         }
-        Ok((ferry_store::buffer::bytes(buf), memory))
+        Ok((ferry_store::buffer::bytes(buf), memory, reserved))
     }
 
     /// Memory for a body of `len` bytes: from the tenant's share, then from everyone's;
@@ -466,9 +536,32 @@ impl Server {
             .map_err(|_| busy())?
     }
 
+    /// [`Server::hold`]'s memory if it is free now: from the tenant's share and everyone's,
+    /// or (urgent) from the reserve.
+    fn hold_now(&self, t: &TenantState, class: Class, len: u64) -> Option<Held> {
+        let n = kib(len);
+        if class == Class::Urgent && n <= self.urgent_max {
+            let now = (
+                t.memory.clone().try_acquire_many_owned(n),
+                self.bodies.clone().try_acquire_many_owned(n),
+            );
+            if let (Ok(mine), Ok(all)) = now {
+                return Some((Some(mine), all));
+            }
+            let mine = t.urgent.clone().try_acquire_many_owned(n).ok()?;
+            let urgent = self.urgent.clone().try_acquire_many_owned(n).ok()?;
+            return Some((Some(mine), urgent));
+        }
+        let mine = t.memory.clone().try_acquire_many_owned(n).ok()?;
+        Some((
+            Some(mine),
+            self.bodies.clone().try_acquire_many_owned(n).ok()?,
+        ))
+    }
+
     async fn op(
         &self, t: &TenantState, r: &Route, headers: &HeaderMap, body: Option<Bytes>,
-        done: &mut Done,
+        reserved: Option<Reserved<'_>>, done: &mut Done,
     ) -> Result<Reply, Refused> {
         let o = &self.objects;
         Ok(match &r.op {
@@ -479,33 +572,27 @@ impl Server {
                 rep.headers_mut().insert(CONTENT_LENGTH, size.into());
                 rep
             }
-            Op::Get { key } => {
-                let (rg, size) = o.span(t, r.class, key, range(headers)?).await?;
-                // An empty object has no byte to give a range of: all of it, 200.
-                let ranged = headers.contains_key(RANGE) && size > 0;
-                // The answer holds memory until it is written (or the client is gone).
-                let held = self.hold(t, r.class, rg.end - rg.start).await?;
-                let bytes = o.read(t, r.class, key, rg.clone()).await?;
-                done.bytes_out = bytes.len() as u64;
-                let pinned = Bytes::from_owner(Pinned { bytes, _held: held });
-                let mut rep = reply(if ranged { 206 } else { 200 }, pinned);
-                if ranged {
-                    let v = format!("bytes {}-{}/{size}", rg.start, rg.end.saturating_sub(1));
-                    rep.headers_mut()
-                        .insert("content-range", v.parse().expect("ascii"));
-                }
-                rep
-            }
+            // (Server::run answers GETs with Server::get.)
+            Op::Get { .. } => return Err(Refused::new(500, "a GET outside its path")),
             Op::Put { key } => {
                 let body = body.expect("read before");
                 done.bytes_in = body.len() as u64;
-                o.put(t, r.class, key, body).await?;
+                o.put(t, r.class, key, body, reserved.expect("with the body"))
+                    .await?;
                 reply(200, "")
             }
             Op::PutPart { upload, part, .. } => {
                 let body = body.expect("read before");
                 done.bytes_in = body.len() as u64;
-                o.put_part(t, r.class, upload, *part, body).await?;
+                o.put_part(
+                    t,
+                    r.class,
+                    upload,
+                    *part,
+                    body,
+                    reserved.expect("with the body"),
+                )
+                .await?;
                 reply(200, "")
             }
             Op::Compose { key, upload, parts } => {

@@ -55,11 +55,38 @@ impl From<Error> for Refused {
     }
 }
 
+/// Bytes of a session's blocks a compose reads at a time.
+const COMPOSE_READ: u64 = 4 << 20;
+
 /// Takes `n` from `used`, never below zero (a concurrent delete may have taken it first).
 fn release(used: &AtomicU64, n: u64) {
     let _ = used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
         Some(u.saturating_sub(n))
     });
+}
+
+/// Bytes a write counted against its tenant's quota before its body came, so that writes in
+/// flight together cannot pass the quota each on its own: given back unless the write is
+/// kept ([`Reserved::keep`]). Nothing for a tenant without a quota.
+#[derive(Debug)]
+pub struct Reserved<'a> {
+    used: Option<&'a AtomicU64>,
+    len: u64,
+}
+
+impl Reserved<'_> {
+    /// The write was stored: its bytes stay counted.
+    fn keep(mut self) {
+        self.used = None;
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if let Some(used) = self.used {
+            release(used, self.len);
+        }
+    }
 }
 
 /// One tenant's settings and the bytes it holds.
@@ -186,7 +213,10 @@ impl Objects {
     }
 
     /// Refuses a write of `len` bytes before its body is read: too large, or past the quota.
-    pub async fn may_write(&self, t: &TenantState, len: u64) -> Result<(), Refused> {
+    /// Counts it against the quota at once (see [`Reserved`]).
+    pub async fn may_write<'a>(
+        &self, t: &'a TenantState, len: u64,
+    ) -> Result<Reserved<'a>, Refused> {
         if t.cfg.role == Role::Read {
             return Err(Refused::new(403, "this tenant may only read"));
         }
@@ -196,16 +226,20 @@ impl Objects {
                 format!("bodies are at most {} bytes", self.max_body),
             ));
         }
-        if let Some(q) = t.quota {
-            let used = self.used(t).await?.load(Ordering::Relaxed);
-            if used.saturating_add(len) > q {
-                return Err(Refused::new(
-                    507,
-                    format!("quota: {used} of {q} bytes used"),
-                ));
-            }
+        let Some(q) = t.quota else {
+            return Ok(Reserved { used: None, len });
+        };
+        let used = self.used(t).await?;
+        // An empty object counts as a byte here: a tenant at its quota does not go on making
+        // objects (and inodes on a directory backend) for nothing.
+        let fits = |u: u64| (u.saturating_add(len.max(1)) <= q).then_some(u + len);
+        match used.fetch_update(Ordering::SeqCst, Ordering::SeqCst, fits) {
+            Ok(_) => Ok(Reserved {
+                used: Some(used),
+                len,
+            }),
+            Err(u) => Err(Refused::new(507, format!("quota: {u} of {q} bytes used"))),
         }
-        Ok(())
     }
 
     /// Size of an object.
@@ -265,7 +299,7 @@ impl Objects {
 
     /// Stores `body` at `key`: an append-only tenant only where nothing is.
     pub async fn put(
-        &self, t: &TenantState, class: Class, key: &str, body: Bytes,
+        &self, t: &TenantState, class: Class, key: &str, body: Bytes, reserved: Reserved<'_>,
     ) -> Result<(), Refused> {
         let (full, remote) = (self.full(t, key), self.remote(class));
         let _claim = self.create_only(t, &remote, &full).await?;
@@ -281,13 +315,9 @@ impl Objects {
         let len = body.len() as u64;
         remote.upload_bytes(body, &full).await?;
         self.listings.wrote(&full, len);
-        if t.quota.is_some() {
-            let used = self.used(t).await?;
-            used.fetch_add(len, Ordering::Relaxed);
-            used.fetch_sub(
-                old.unwrap_or(0).min(used.load(Ordering::Relaxed)),
-                Ordering::Relaxed,
-            );
+        reserved.keep();
+        if let (Some(used), Some(old)) = (t.used.get(), old) {
+            release(used, old);
         }
         Ok(())
     }
@@ -305,19 +335,17 @@ impl Objects {
     /// Stores one block of an upload session: a create, allowed to every writing tenant.
     pub async fn put_part(
         &self, t: &TenantState, class: Class, upload: &str, part: u32, body: Bytes,
+        reserved: Reserved<'_>,
     ) -> Result<(), Refused> {
         let (full, remote) = (
             self.full(t, &Self::part_key(upload, part)),
             self.remote(class),
         );
-        let len = body.len() as u64;
         // Blocks too are create-only for an append-only tenant: another holder of its token
         // must not swap a block of a session under way.
         let _claim = self.create_only(t, &remote, &full).await?;
         remote.upload_bytes(body, &full).await?;
-        if let Some(used) = t.used.get() {
-            used.fetch_add(len, Ordering::Relaxed);
-        }
+        reserved.keep();
         Ok(())
     }
 
@@ -329,37 +357,66 @@ impl Objects {
     ) -> Result<u64, Refused> {
         use futures::StreamExt;
         let (full, remote) = (self.full(t, key), self.remote(class));
+        // One compose per session at a time: two at once would each make an object of the
+        // same blocks, counted once against the quota.
+        let dir = self.full(t, &Self::session_dir(upload));
+        let _session = Claim::take(&self.creating, &dir)?;
         let _claim = self.create_only(t, &remote, &full).await?;
         // Every block is there before anything is written (one listing of the session, not
         // a request per block): a missing one is 404 with nothing stored.
-        let dir = self.full(t, &Self::session_dir(upload));
         let held: std::collections::HashMap<String, u64> = match remote.list(&dir).await {
             Ok(all) => all.into_iter().map(|o| (o.key, o.size)).collect(),
             Err(Error::NotFound(_)) => Default::default(),
             Err(e) => return Err(e.into()),
         };
         let mut keys = Vec::with_capacity(parts as usize);
+        let mut pieces = Vec::new();
         let mut freed = 0;
         for p in 0..parts {
             let k = self.full(t, &Self::part_key(upload, p));
-            freed += held.get(&k).ok_or_else(|| {
+            let size = *held.get(&k).ok_or_else(|| {
                 Refused::new(404, format!("block {p} of the upload was not sent"))
             })?;
+            freed += size;
+            pieces.extend(
+                (0..size)
+                    .step_by(COMPOSE_READ as usize)
+                    .map(|at| (k.clone(), at..(at + COMPOSE_READ).min(size))),
+            );
             keys.push(k);
         }
-        // The blocks in order as one stream; a block that cannot be read is a read error of
-        // the stream, so the upload is abandoned, never completed short.
+        // The blocks in order as one stream, read COMPOSE_READ bytes at a time (a compose
+        // takes no body memory, so it holds little); a piece that cannot be read is a read
+        // error of the stream, so the upload is abandoned, never completed short.
         let blocks = {
             let remote = remote.clone();
-            futures::stream::iter(keys.clone()).then(move |k: String| {
+            futures::stream::iter(pieces).then(move |(k, range): (String, Range<u64>)| {
                 let remote = remote.clone();
-                async move { remote.get(&k).await.map_err(std::io::Error::other) }
+                async move {
+                    let want = range.end - range.start;
+                    let got = remote.get_range(&k, range).await;
+                    match got {
+                        Ok(b) if b.len() as u64 == want => Ok(b),
+                        Ok(_) => Err(std::io::Error::other("a block shrank while composing")),
+                        Err(e) => Err(std::io::Error::other(e)),
+                    }
+                }
             })
         };
         let reader = tokio_util::io::StreamReader::new(Box::pin(blocks));
         let progress = std::sync::Arc::new(ferry_transfer::NoProgress);
         let size = remote.upload(reader, &full, progress).await?;
-        if size != freed {
+        // The blocks are read in the sizes listed: one replaced meanwhile shows in a second
+        // listing, not in the bytes read.
+        let after: std::collections::HashMap<String, u64> = match remote.list(&dir).await {
+            Ok(all) => all.into_iter().map(|o| (o.key, o.size)).collect(),
+            Err(e) => {
+                let _ = remote.delete(&full).await;
+                return Err(e.into());
+            }
+        };
+        let same = keys.iter().all(|k| after.get(k) == held.get(k));
+        if size != freed || !same {
             // The blocks changed while they were read: what was stored is not what was sent.
             let _ = remote.delete(&full).await;
             return Err(Refused::new(
@@ -378,6 +435,8 @@ impl Objects {
     /// Removes every block of session `upload`.
     pub async fn abort(&self, t: &TenantState, class: Class, upload: &str) -> Result<(), Refused> {
         let dir = self.full(t, &Self::session_dir(upload));
+        // Not while a compose reads the blocks: it would store them uncounted.
+        let _session = Claim::take(&self.creating, &dir)?;
         let remote = self.remote(class);
         let held = match remote.list(&dir).await {
             Ok(all) => all,
@@ -430,6 +489,8 @@ impl Objects {
                                     "session": session, "blocks": sig.0, "bytes": sig.1})
                             );
                         }
+                        // Being composed: not abandoned after all.
+                        Err(e) if e.status == 409 => {}
                         Err(e) => eprintln!("ferry serve: sweep of {key}: {}", e.why),
                     }
                 }
@@ -484,7 +545,9 @@ impl Objects {
                     Err(Error::NotFound(_)) => Vec::new(),
                     Err(e) => return Err(e.into()),
                 };
-                self.listings.fill(&full, &all, mark);
+                if t.cfg.role != Role::Admin {
+                    self.listings.fill(&full, &all, mark);
+                }
                 all
             }
         };

@@ -707,3 +707,138 @@ fn abandoned_upload_sessions_are_swept_and_live_ones_kept() {
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
     assert_eq!(std::fs::read(served.store.join("alice/obj")).unwrap(), sent);
 }
+
+/// A tenant that asks for objects and never reads the answers pins memory (its own share
+/// first), never the slots: while its other requests wait for memory, other tenants are
+/// served; once the reader is gone, the waiting requests are answered.
+#[test]
+fn answers_nobody_reads_do_not_hold_the_slots() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let served = std::sync::Arc::new(Served::start(
+        "slots = 2\nmax_body = \"16MiB\"\nbody_memory = \"64MiB\"",
+    ));
+    let big = vec![3u8; 16 << 20];
+    let put = served.request("PUT", "/v1/alice/big", Some("alice"), &big);
+    assert_eq!(put.0, 200, "{}", String::from_utf8_lossy(&put.1));
+    // 16 MiB is more than the sockets hold (the reader's kept at 64 KiB, whatever the
+    // host's tuning): the answer's memory, all of alice's share, stays taken while nobody
+    // reads.
+    let mut unread = served.stream();
+    {
+        use std::os::fd::AsRawFd;
+        let small: libc::c_int = 64 << 10;
+        // SAFETY: a valid socket and a c_int option of its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                unread.sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&small as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "SO_RCVBUF");
+    }
+    let head = served.head("GET", "/v1/alice/big", "alice", 0);
+    unread
+        .write_all(head.replace('\n', "\r\n").as_bytes())
+        .unwrap();
+    unread.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // As many more of alice's GETs as there are slots: each waits for memory.
+    let answered = std::sync::Arc::new(AtomicUsize::new(0));
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let (served, answered) = (served.clone(), answered.clone());
+            std::thread::spawn(move || {
+                let got = served.request("GET", "/v1/alice/big", Some("alice"), b"");
+                answered.fetch_add(1, Ordering::SeqCst);
+                got
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        served.request("PUT", "/v1/bob/x", Some("bob"), b"small").0,
+        200
+    );
+    assert_eq!(
+        served.request("GET", "/v1/bob/x", Some("bob"), b"").1,
+        b"small"
+    );
+    assert_eq!(
+        answered.load(Ordering::SeqCst),
+        0,
+        "bob was served only once alice's waiting GETs had given up: they held the slots"
+    );
+    drop(unread);
+    for w in waiting {
+        let (code, body) = w.join().unwrap();
+        assert_eq!(code, 200, "a GET that waited for memory");
+        assert!(body == big, "a GET that waited for memory got other bytes");
+    }
+}
+
+/// Writes in flight together cannot pass a quota each on its own (their bytes count from
+/// the moment they are let in), and a tenant at its quota makes no more objects, empty ones
+/// included.
+#[test]
+fn writes_in_flight_together_cannot_pass_the_quota() {
+    use std::io::{Read, Write};
+    let served = Served::start(LIMITS); // dave: 64 KiB
+    let body = vec![1u8; 60 << 10];
+    let mut streams: Vec<_> = (0..4)
+        .map(|i| {
+            let mut s = served.stream();
+            let head = served.head("PUT", &format!("/v1/dave/k{i}"), "dave", body.len());
+            s.write_all(head.replace('\n', "\r\n").as_bytes()).unwrap();
+            s.flush().unwrap();
+            s
+        })
+        .collect();
+    // Every head is in before any body.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let mut codes = Vec::new();
+    for s in &mut streams {
+        // A write refused at its head is answered already; the others get their body.
+        s.sock
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let mut first = [0u8; 12];
+        let early = s.read(&mut first);
+        s.sock.set_read_timeout(None).unwrap();
+        let code = match early {
+            Ok(n) if n >= 12 => String::from_utf8_lossy(&first[9..12]).parse().unwrap_or(0),
+            _ => {
+                // (A refusal later than the wait above closes the connection: the body
+                // then meets a closed socket, and the answer read is the refusal.)
+                let _ = s.write_all(&body).and_then(|_| s.flush());
+                servekit::response(s).0
+            }
+        };
+        codes.push(code);
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == 507).count(), 3, "{codes:?}");
+    let stored: u64 = served
+        .snapshot()
+        .iter()
+        .filter(|(p, _)| p.starts_with(served.store.join("dave")))
+        .map(|(_, b)| b.len() as u64)
+        .sum();
+    assert_eq!(stored, 60 << 10);
+    // Up to the quota exactly, then nothing more, not even an empty object.
+    let rest = vec![2u8; 4 << 10];
+    assert_eq!(
+        served
+            .request("PUT", "/v1/dave/rest", Some("dave"), &rest)
+            .0,
+        200
+    );
+    assert_eq!(
+        served.request("PUT", "/v1/dave/empty", Some("dave"), b"").0,
+        507
+    );
+    assert!(!served.store.join("dave/empty").exists());
+}

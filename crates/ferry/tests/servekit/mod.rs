@@ -208,6 +208,11 @@ impl Served {
         read_response(&mut tls)
     }
 
+    /// A TLS connection to the server, for a test that writes a request in parts.
+    pub fn stream(&self) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+        self.connect(&format!("127.0.0.1:{}", self.port), None)
+    }
+
     /// A well-formed request by `tenant` (None: no credentials) with a bearer token.
     pub fn request(
         &self, method: &str, path: &str, tenant: Option<&str>, body: &[u8],
@@ -410,6 +415,11 @@ fn walk(d: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
             out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
         }
     }
+}
+
+/// The status and body of the answer on `r`, read to its end.
+pub fn response(r: &mut impl Read) -> (u16, Vec<u8>) {
+    read_response(r)
 }
 
 fn read_response(r: &mut impl Read) -> (u16, Vec<u8>) {
