@@ -20,6 +20,8 @@ pub struct WalAccess {
     remote: Remote,
     root: String,
     level: i32,
+    /// See [`WalAccess::sealed_only`].
+    sealed_only: bool,
 }
 
 /// An archive opened with the repository's key, and the password that opened it.
@@ -37,7 +39,27 @@ impl WalAccess {
             remote,
             root: root.to_string(),
             level,
+            sealed_only: false,
         }
+    }
+
+    /// With `yes` (the caller was given a password: it expects a repository), the archive
+    /// is sealed or refused. The marker that tells a repository from a plaintext archive is
+    /// an object like any other: whoever can write the store can delete it, and plant
+    /// plaintext WAL that PostgreSQL would replay, or have new WAL archived unencrypted.
+    /// What the caller was given, not what the store says, decides then.
+    pub fn sealed_only(mut self, yes: bool) -> WalAccess {
+        self.sealed_only = yes;
+        self
+    }
+
+    fn no_marker(&self) -> Error {
+        Error::Permanent(format!(
+            "{}: no ferry repository here (its marker is missing), yet a password is set: \
+             refusing to use its WAL archive unencrypted (unset the password for a plaintext \
+             archive, or give the repository's place)",
+            self.plain().url()
+        ))
     }
 
     /// True when the place is a ferry repository: its archive is then encrypted. One HEAD.
@@ -55,7 +77,10 @@ impl WalAccess {
     /// plaintext and no password is asked for).
     pub async fn unlock(&self, ask: impl FnOnce() -> Result<Vec<u8>>) -> Result<Option<Unlocked>> {
         if !self.is_repository().await? {
-            return Ok(None);
+            return match self.sealed_only {
+                true => Err(self.no_marker()),
+                false => Ok(None),
+            };
         }
         let password = ask()?;
         let repo = Repo::open(self.remote.clone(), &self.root, &password, None).await?;
@@ -82,7 +107,7 @@ impl WalAccess {
         let plain = self.plain();
         match plain.peek(name).await {
             Ok(h) if h.cipher == Cipher::XChaCha20Poly1305 => self.keyed(ask).await,
-            Ok(_) if self.is_repository().await? => {
+            Ok(_) if self.sealed_only || self.is_repository().await? => {
                 Err(downgraded(&format!("{}/wal/{}", plain.url(), name.key())))
             }
             // Plaintext, or a damaged header the fetch itself reports.

@@ -15,10 +15,12 @@ use crate::password::password;
 use crate::places::Stores;
 use crate::settings::Settings;
 
-/// The WAL archive at `--repo`, written at zstd `level`.
-pub fn access(stores: &mut Stores, level: i32) -> Result<WalAccess> {
+/// The WAL archive at `--repo`, written at zstd `level`: sealed or refused when a password
+/// was given without a prompt (see [`WalAccess::sealed_only`]).
+pub fn access(g: &Global, stores: &mut Stores, level: i32) -> Result<WalAccess> {
     let place = repo_place(stores)?;
-    Ok(WalAccess::new(place.store, &place.key, level))
+    let given = !password_was_prompted(g);
+    Ok(WalAccess::new(place.store, &place.key, level).sealed_only(given))
 }
 
 /// The password, asked for when a repository's key is needed.
@@ -33,7 +35,8 @@ pub fn ask(g: &Global) -> impl FnOnce() -> ferry_store::Result<Vec<u8>> + '_ {
 /// True when none of the non-interactive password sources is set: the password came from a
 /// prompt, and an agent (without a terminal) must be handed it.
 fn password_was_prompted(g: &Global) -> bool {
-    std::env::var_os("FERRY_PASSWORD").is_none()
+    // (An empty FERRY_PASSWORD is none: `password` refuses it.)
+    std::env::var_os("FERRY_PASSWORD").is_none_or(|v| v.is_empty())
         && g.password_file.is_none()
         && g.password_command.is_none()
 }

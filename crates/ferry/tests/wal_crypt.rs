@@ -138,6 +138,8 @@ fn no_plaintext_and_recovery(repo: Repo, async_: bool, level: &str) {
         &[
             ("FERRY_REPO", plain.to_str().unwrap()),
             ("FERRY_WAL_ASYNC", "false"),
+            // Given a password, ferry would refuse a place with no repository.
+            ("FERRY_PASSWORD", ""),
         ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
@@ -380,7 +382,8 @@ fn tampered_moved_or_foreign_segments_are_refused() {
     std::fs::copy(obj(a), &bare_obj).unwrap();
     rig.pg.chown_to_pg(&bare);
     let out = fetch(&rig, a, &dest, &[("FERRY_REPO", bare.to_str().unwrap())]);
-    fails_with(&out, "is encrypted and no repository key was given");
+    // Given a password, a place with no repository is refused before its files are read.
+    fails_with(&out, "its marker is missing");
     nothing_written(&dest);
 
     // A wrong password.
@@ -419,6 +422,7 @@ fn tampered_moved_or_foreign_segments_are_refused() {
         &[
             ("FERRY_REPO", bare_plain.to_str().unwrap()),
             ("FERRY_WAL_ASYNC", "false"),
+            ("FERRY_PASSWORD", ""),
         ],
     );
     assert!(out.status.success(), "{}", stderr(&out));

@@ -44,7 +44,7 @@ pub async fn push_cmd(args: &WalPushArgs, ctx: &mut Ctx) -> Result<()> {
         // The agent reads the directory PostgreSQL hands files from, wherever it is.
         let parent = path.parent().unwrap_or(Path::new("."));
         let pg_wal = std::path::absolute(parent).context("pg_wal directory")?;
-        let access = agents::access(stores, wal.compress_level)?;
+        let access = agents::access(g, stores, wal.compress_level)?;
         let mut starter = PushStarter::new(g, stores.settings(), &args.wal, access, pg_wal);
         let p = path.clone();
         let handed = tokio::task::spawn_blocking(move || {
@@ -65,7 +65,7 @@ pub async fn push_cmd(args: &WalPushArgs, ctx: &mut Ctx) -> Result<()> {
         }
     }
     // A sync push is a process per file: it pays the password's Argon2 every time.
-    let archive = agents::access(stores, wal.compress_level)?
+    let archive = agents::access(g, stores, wal.compress_level)?
         .keyed(agents::ask(g))
         .await?;
     let pushed = push::push_file(&archive, &path).await?;
@@ -109,7 +109,7 @@ pub async fn fetch_cmd(args: &WalFetchArgs, ctx: &mut Ctx) -> Result<()> {
     }
     // The header first: a file the archive lacks (PostgreSQL probes for them) or a plaintext
     // one needs no password, and so no Argon2.
-    let access = agents::access(stores, wal.compress_level)?;
+    let access = agents::access(g, stores, wal.compress_level)?;
     let miss = |url: String| super::Exit::Miss(format!("{name} is not in archive {url}"));
     let archive = match access.for_fetch(&name, agents::ask(g)).await {
         Err(Error::NotFound(_)) => return Err(miss(access.plain().url()).into()),
@@ -123,14 +123,14 @@ pub async fn fetch_cmd(args: &WalFetchArgs, ctx: &mut Ctx) -> Result<()> {
 }
 
 pub async fn status_cmd(args: &WalStatusArgs, ctx: &mut Ctx) -> Result<()> {
-    let (_, stores, out) = ctx.parts();
+    let (g, stores, out) = ctx.parts();
     let dir = match &args.pgdata {
         Some(d) => d.clone(),
         None => pgdata()?,
     };
     let wal: Wal = stores.settings().wal(&args.wal, &dir)?;
     // Listing, cluster.json, gaps and headers are plaintext: no password needed.
-    let access = agents::access(stores, wal.compress_level)?;
+    let access = agents::access(g, stores, wal.compress_level)?;
     let (archive, encrypted) = (access.plain(), access.is_repository().await?);
     let pg_wal = dir.join("pg_wal");
     let spool = match &args.pgdata {
@@ -214,7 +214,7 @@ pub async fn agent_cmd(args: &WalAgentArgs, ctx: &mut Ctx) -> Result<()> {
     let wal = stores.settings().wal(&args.wal, &here)?;
     let spool = Spool::open(&wal.spool)?;
     // Once per agent: the repository's key serves every file it pushes or prefetches.
-    let archive = agents::access(stores, wal.compress_level)?
+    let archive = agents::access(g, stores, wal.compress_level)?
         .keyed(agents::ask(g))
         .await?;
     match args.role.as_str() {
