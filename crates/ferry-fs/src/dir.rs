@@ -118,6 +118,7 @@ fn set_meta_fd(fd: RawFd, m: &Meta, owner: bool) -> io::Result<()> {
         // SAFETY: fd is open.
         unsafe { libc::fchown(fd, m.uid, m.gid) };
     }
+    drop_inherited_acls(fd);
     for (k, v) in &m.xattrs {
         let Ok(k) = CString::new(k.as_slice()) else {
             continue;
@@ -131,6 +132,19 @@ fn set_meta_fd(fd: RawFd, m: &Meta, owner: bool) -> io::Result<()> {
     let t = times(m.mtime_ns);
     // SAFETY: fd is open; t holds the two timespecs futimens reads.
     check(unsafe { libc::futimens(fd, t.as_ptr()) }).map(drop)
+}
+
+/// Removes the ACLs `fd` got from its directory's default ACL when it was made. Whoever owns
+/// a directory in the target may give it a default ACL (`setfacl -d -m u:them:rwx`); what is
+/// made in it inherits that, and the final chmod would open it to them (a root 0640 file
+/// readable by them). The snapshot's own ACLs, if any, are set after this with its xattrs.
+fn drop_inherited_acls(fd: RawFd) {
+    for name in [c"system.posix_acl_access", c"system.posix_acl_default"] {
+        // SAFETY: fd is open, name NUL-terminated. ENODATA (none), ENOTSUP (the filesystem
+        // has no ACLs) and EACCES (not our file: then not inherited from us) all leave
+        // nothing to do.
+        unsafe { libc::fremovexattr(fd, name.as_ptr()) };
+    }
 }
 
 /// Raises the soft limit on open descriptors to the hard one: a restore holds a directory
@@ -170,14 +184,35 @@ impl Dir {
     /// Opens the directory at `path`, which the caller chose and so may hold symlinks,
     /// creating what is missing (mode 0700).
     pub fn create_root(path: &Path) -> io::Result<Dir> {
-        if !path.exists() {
-            use std::os::unix::fs::DirBuilderExt;
+        Self::create_root_made(path).map(|(d, _)| d)
+    }
+
+    /// [`Dir::create_root`], and whether it made the directory. The last component is made
+    /// and opened through its parent's descriptor, never through a link: one planted there
+    /// after the path was seen missing is removed, not followed.
+    pub fn create_root_made(path: &Path) -> io::Result<(Dir, bool)> {
+        use std::os::unix::fs::DirBuilderExt;
+        if path.exists() {
+            return Ok((Self::open_root(path)?, false));
+        }
+        let mkdir_p = |p: &Path| {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
-                .create(path)?;
+                .create(p)
+        };
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            mkdir_p(path)?;
+            return Ok((Self::open_root(path)?, true));
+        };
+        let parent = match parent.as_os_str().is_empty() {
+            true => Path::new("."),
+            false => parent,
+        };
+        if !parent.exists() {
+            mkdir_p(parent)?;
         }
-        Self::open_root(path)
+        Self::open_root(parent)?.make_dir(name.as_bytes(), false, false)
     }
 
     /// Opens the existing directory at `path`, which the caller chose.
@@ -449,6 +484,7 @@ impl Dir {
             // SAFETY: fd is open. Best effort, as every chown here.
             unsafe { libc::fchown(fd, uid, gid) };
         }
+        drop_inherited_acls(fd);
         // SAFETY: fd is open.
         check(unsafe { libc::fchmod(fd, mode & 0o7777) }).map(drop)
     }
@@ -552,6 +588,23 @@ impl Dir {
             let _ = self.unlink(&temp);
         }
         done
+    }
+
+    /// The status of this directory itself.
+    pub fn stat(&self) -> io::Result<libc::stat> {
+        // SAFETY: an all-zero stat is valid; fstat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: self.fd is open, st writable.
+        check(unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) })?;
+        Ok(st)
+    }
+
+    /// Removes everything in this directory, as [`Dir::remove_tree`] removes an entry's.
+    pub fn empty(&self) -> io::Result<()> {
+        for n in self.entries()? {
+            self.remove_tree(&n)?;
+        }
+        Ok(())
     }
 
     /// The status of the entry `name` itself (a symlink is not followed); `None` when there

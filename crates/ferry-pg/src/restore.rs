@@ -172,28 +172,59 @@ const MAX_CONF: u64 = 64 << 20;
 pub async fn restore(
     repo: Arc<Repo>, opts: &RestoreOptions, progress: Arc<dyn BackupProgress>,
 ) -> Result<Restored> {
-    if opts.delta {
-        delta_target(&opts.to)?;
-    } else if !is_empty_dir(&opts.to)? {
-        return Err(Error::AlreadyExists(format!(
-            "{} is not empty: ferry pg restore writes only into an empty or new directory \
-             (--delta: into a data directory, rewriting what differs)",
-            opts.to.display()
-        )));
-    }
     if !["promote", "pause", "shutdown"].contains(&opts.action.as_str()) {
         return Err(Error::Invalid(format!(
             "target action '{}' is not promote, pause or shutdown",
             opts.action
         )));
     }
-    let (id, snap, b) = crate::choose::choose(&repo, &opts.target, opts.backup.as_deref()).await?;
-    let spaces = tablespace::places(&b, &opts.to, &opts.tablespace_map, opts.delta)?;
-    let warnings = check_wal(&repo, &b, &opts.target).await?;
-    let existed = opts.to.exists();
+    if opts.delta {
+        delta_target(&opts.to)?;
+    }
+    // One descriptor of the data directory from here to the end: whoever can write the
+    // directory above it (the cluster's owner, often) may swap the path for a link meanwhile,
+    // and every write, the mode and owner set last, and the clean-up after a failure go
+    // where it was opened. Private (0700) before any content; its mode is set last.
+    let shown = opts.to.display();
+    let (root, made) =
+        ferry_fs::Dir::create_root_made(&opts.to).map_err(|e| Error::io(&shown, e))?;
+    if !opts.delta && !root.entries().map_err(|e| Error::io(&shown, e))?.is_empty() {
+        return Err(Error::AlreadyExists(format!(
+            "{shown} is not empty: ferry pg restore writes only into an empty or new directory \
+             (--delta: into a data directory, rewriting what differs)"
+        )));
+    }
+    // What a failed restore leaves: the directory as it was found, empty, and gone if this
+    // restore made it (a path removed only while it still names the directory made).
+    let undo = |opened: &[ferry_fs::Dir]| {
+        let _ = root.empty();
+        if made && same_dir(&root, &opts.to) {
+            let _ = std::fs::remove_dir(&opts.to);
+        }
+        for dir in opened {
+            let _ = dir.empty();
+        }
+    };
+    let chosen = async {
+        let (id, snap, b) =
+            crate::choose::choose(&repo, &opts.target, opts.backup.as_deref()).await?;
+        owned(&root, made, &b, &opts.to)?;
+        let spaces = tablespace::places(&b, &opts.to, &opts.tablespace_map, opts.delta)?;
+        let warnings = check_wal(&repo, &b, &opts.target).await?;
+        Ok::<_, Error>((id, snap, b, spaces, warnings))
+    }
+    .await;
+    let (id, snap, b, spaces, warnings) = match chosen {
+        Ok(c) => c,
+        Err(e) => {
+            if !opts.delta {
+                undo(&[]);
+            }
+            return Err(e);
+        }
+    };
+    let mut opened: Vec<ferry_fs::Dir> = Vec::new();
     let done = async {
-        // Private (0700) before any content; its mode is set last.
-        ferry_fs::Dir::create_root(&opts.to).map_err(|e| Error::io(opts.to.display(), e))?;
         let mut how = ferry_repo::restorer::Options {
             overwrite: if opts.delta {
                 Overwrite::IfDifferent
@@ -208,26 +239,46 @@ pub async fn restore(
             // tablespace_map when it starts.
             how.select = Select::new(&[], &["/pg_tblspc/*".to_string()])?;
         }
-        let mut r =
-            ferry_repo::restorer::restore(repo.clone(), &snap, &opts.to, &how, progress.clone())
-                .await?;
+        let into = root
+            .try_clone()
+            .map_err(|e| Error::io(opts.to.display(), e))?;
+        let mut r = ferry_repo::restorer::restore_into(
+            repo.clone(),
+            &snap,
+            into,
+            &opts.to,
+            &how,
+            progress.clone(),
+        )
+        .await?;
         for (t, dest) in &spaces {
             let tree = tablespace::tree(&repo, &snap, t.oid).await?;
             let sub = Snapshot {
                 tree,
                 ..snap.clone()
             };
-            let dir = ferry_fs::Dir::create_root(dest).map_err(|e| Error::io(dest.display(), e))?;
+            let io = |e| Error::io(dest.display(), e);
+            let (dir, made) = ferry_fs::Dir::create_root_made(dest).map_err(io)?;
+            // What was checked by path holds for what was opened.
+            let mapped = opts.tablespace_map.iter().any(|(oid, _)| *oid == t.oid);
+            tablespace::check_opened(&dir, t, dest, opts.delta, &b, mapped || made)?;
+            opened.push(dir.try_clone().map_err(io)?);
             let one = ferry_repo::restorer::Options {
                 overwrite: how.overwrite,
                 delete: how.delete,
                 ..Default::default()
             };
-            let got =
-                ferry_repo::restorer::restore(repo.clone(), &sub, dest, &one, progress.clone())
-                    .await?;
-            dir.set_mode(0o700, Some(b.owner))
-                .map_err(|e| Error::io(dest.display(), e))?;
+            let into = dir.try_clone().map_err(io)?;
+            let got = ferry_repo::restorer::restore_into(
+                repo.clone(),
+                &sub,
+                into,
+                dest,
+                &one,
+                progress.clone(),
+            )
+            .await?;
+            dir.set_mode(0o700, Some(b.owner)).map_err(io)?;
             r.files += got.files;
             r.bytes += got.bytes;
             r.errors.extend(got.errors);
@@ -238,7 +289,7 @@ pub async fn restore(
                 r.errors.len()
             )));
         }
-        configure(&opts.to, &b, opts, id, &spaces)?;
+        configure(&root, &opts.to, &b, opts, id, &spaces)?;
         Ok(r)
     }
     .await;
@@ -258,37 +309,46 @@ pub async fn restore(
             opts.to.display()
         ))),
         Err(e) => {
-            // Leave the directory as it was found: absent, or empty.
-            if existed {
-                empty(&opts.to);
-            } else {
-                let _ = std::fs::remove_dir_all(&opts.to);
-            }
-            // Tablespace directories were checked empty or absent: made so again.
-            for (_, dest) in &spaces {
-                empty(dest);
-            }
+            // Tablespace directories were checked empty or absent: made empty again too.
+            undo(&opened);
             Err(e)
         }
     }
 }
 
-/// Removes what a failed restore wrote into `dir`, which it found empty.
-fn empty(dir: &Path) {
-    if let Ok(d) = std::fs::read_dir(dir) {
-        for e in d.flatten() {
-            let p = e.path();
-            let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
-        }
+/// A data directory that was there already must be the cluster owner's (or this user's,
+/// restoring as that owner): an empty directory of root's that the path was made to name
+/// (a link planted by whoever writes the directory above) would otherwise be filled and
+/// handed to the cluster's owner.
+fn owned(root: &ferry_fs::Dir, made: bool, b: &PgBackup, to: &Path) -> Result<()> {
+    let uid = root.stat().map_err(|e| Error::io(to.display(), e))?.st_uid;
+    if made || uid == b.owner.0 {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "{} belongs to uid {uid}, not to the cluster's owner (uid {}): give it to that user, \
+         or name a new directory",
+        to.display(),
+        b.owner.0
+    )))
+}
+
+/// Whether `path` (not followed if a link) is the directory `dir` holds open.
+fn same_dir(dir: &ferry_fs::Dir, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (dir.stat(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => b.is_dir() && a.st_dev == b.dev() && a.st_ino == b.ino(),
+        _ => false,
     }
 }
 
 /// The label, the signal file and the recovery settings.
 fn configure(
-    to: &Path, b: &PgBackup, opts: &RestoreOptions, id: Id, spaces: &[(Tablespace, PathBuf)],
+    root: &ferry_fs::Dir, to: &Path, b: &PgBackup, opts: &RestoreOptions, id: Id,
+    spaces: &[(Tablespace, PathBuf)],
 ) -> Result<()> {
     let c = Conf {
-        dir: ferry_fs::Dir::open_root(to).map_err(|e| Error::io(to.display(), e))?,
+        dir: root.try_clone().map_err(|e| Error::io(to.display(), e))?,
         owner: b.owner,
     };
     c.write("backup_label", b.label.as_bytes())?;

@@ -1,7 +1,7 @@
 //! Tablespaces in a restore: where each goes, whether that place may be written, and its
 //! files' tree in the backup's snapshot (`pg_tblspc/OID`).
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use ferry_repo::{Id, Repo, Snapshot};
 use ferry_transfer::{Error, Result};
@@ -30,16 +30,23 @@ pub(crate) fn places(
     }
     let mut out: Vec<(Tablespace, PathBuf)> = Vec::new();
     for t in &b.tablespaces {
-        let dest = map
-            .iter()
-            .find(|(oid, _)| *oid == t.oid)
-            .map_or_else(|| PathBuf::from(&t.location), |(_, d)| d.clone());
+        let mapped = map.iter().find(|(oid, _)| *oid == t.oid);
+        let dest = mapped.map_or_else(|| PathBuf::from(&t.location), |(_, d)| d.clone());
         let shown = dest.display().to_string();
-        if !dest.is_absolute() || shown.contains('\n') {
+        // The cluster's owner wrote the location (pg_tblspc's link): `..` in it would walk
+        // out of what the path seems to name once a missing part of it is made.
+        let plain = dest
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+        if !dest.is_absolute() || !plain || shown.contains('\n') {
             return Err(Error::Invalid(format!(
-                "tablespace {}: {shown:?} is not an absolute path (give --tablespace-map {}=DIR)",
+                "tablespace {}: {shown:?} is not a plain absolute path (give --tablespace-map \
+                 {}=DIR)",
                 t.oid, t.oid
             )));
+        }
+        if mapped.is_none() {
+            not_taken(t, &dest, b)?;
         }
         if dest.starts_with(to) || out.iter().any(|(_, d)| d == &dest) {
             return Err(Error::Invalid(format!(
@@ -67,6 +74,55 @@ pub(crate) fn places(
         out.push((t.clone(), dest));
     }
     Ok(out)
+}
+
+/// A place the backup names (not the operator) may be a directory of the cluster's owner or
+/// nothing: a restore as root would otherwise fill, and hand to the cluster's owner, any empty
+/// directory the location names (`/usr/local/sbin`, first in root's PATH).
+fn not_taken(t: &Tablespace, dest: &Path, b: &PgBackup) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(dest) else {
+        return Ok(());
+    };
+    if m.uid() == b.owner.0 {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "tablespace {}: {} belongs to uid {}, not to the cluster's owner (uid {}): give \
+         --tablespace-map {}={} to restore there",
+        t.oid,
+        dest.display(),
+        m.uid(),
+        b.owner.0,
+        t.oid,
+        dest.display()
+    )))
+}
+
+/// What [`places`] checked by path, checked again on the directory opened there (the path
+/// may have been swapped for a link meanwhile): empty, unless `delta`, and the cluster
+/// owner's unless `trusted` (the operator named it, or this restore made it).
+pub(crate) fn check_opened(
+    dir: &ferry_fs::Dir, t: &Tablespace, dest: &Path, delta: bool, b: &PgBackup, trusted: bool,
+) -> Result<()> {
+    let io = |e| Error::io(dest.display(), e);
+    if !delta && !dir.entries().map_err(io)?.is_empty() {
+        return Err(Error::AlreadyExists(format!(
+            "tablespace {}: {} changed while it was opened: not empty now",
+            t.oid,
+            dest.display()
+        )));
+    }
+    let st = dir.stat().map_err(io)?;
+    if trusted || st.st_uid == b.owner.0 {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "tablespace {}: {} changed while it was opened: it belongs to uid {}",
+        t.oid,
+        dest.display(),
+        st.st_uid
+    )))
 }
 
 /// Whether `dir` holds a PostgreSQL version directory, as every tablespace does.

@@ -497,10 +497,29 @@ async fn tablespace_places_are_checked_first() {
     std::fs::create_dir(&busy).unwrap();
     std::fs::write(busy.join("x"), b"mine").unwrap();
     let inside = to.join("inside");
+    // An empty directory that is not the cluster owner's (root's, in root's PATH, say): the
+    // backup's word is not enough to fill it and hand it over. Made so only as root.
+    let victim = scratch.0.join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let victim_why = match unsafe { libc::geteuid() } {
+        0 => {
+            std::os::unix::fs::chown(&victim, Some(65534), None).unwrap();
+            "belongs to uid 65534"
+        }
+        _ => "is not empty", // (stands in for it: the same refusal as `busy`, checked below)
+    };
+    let victim_loc = match victim_why {
+        "is not empty" => busy.to_str().unwrap().to_string(),
+        _ => victim.to_str().unwrap().to_string(),
+    };
+    // `..` walks out of what the location seems to name once its missing part is made.
+    let dotdot = format!("{}/absent/../victim", scratch.0.display());
     // A tablespace's recorded location, the restore's remaps, and why it is refused.
     type Case<'a> = (&'a str, Vec<(u32, PathBuf)>, &'a str);
-    let cases: [Case; 4] = [
-        ("relative/space", vec![], "not an absolute path"),
+    let cases: [Case; 6] = [
+        ("relative/space", vec![], "not a plain absolute path"),
+        (&dotdot, vec![], "not a plain absolute path"),
+        (&victim_loc, vec![], victim_why),
         (busy.to_str().unwrap(), vec![], "is not empty"),
         (
             inside.to_str().unwrap(),
@@ -529,6 +548,11 @@ async fn tablespace_places_are_checked_first() {
         assert!(e.to_string().contains(why), "{location}: {e:?}");
         assert!(!to.exists(), "{location}: something was written");
         assert_eq!(std::fs::read(busy.join("x")).unwrap(), b"mine");
+        assert!(
+            !scratch.0.join("absent").exists(),
+            "{location}: a place was made"
+        );
+        assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0);
     }
 }
 
@@ -710,4 +734,33 @@ async fn wal_access_asks_for_a_password_only_for_sealed_files_and_refuses_plante
     assert!(store.keys().contains(&wal_key(&b)));
     let e = access.for_fetch(&b, never).await.err().unwrap();
     assert!(e.to_string().contains("unencrypted"), "{e}");
+}
+
+/// The attacker who can write the store deletes the repository's marker and plants
+/// plaintext WAL: a caller that was given a password fetches nothing of it, and pushes
+/// nothing unencrypted.
+#[tokio::test]
+async fn a_deleted_marker_does_not_turn_a_sealed_archive_plaintext() {
+    let (store, repo) = new_repo().await;
+    let (a, b) = (seg(1, 1), seg(1, 2));
+    push(&repo, std::slice::from_ref(&a)).await;
+    let remote = repo.remote().clone();
+    let marker = store
+        .keys()
+        .into_iter()
+        .find(|k| k.ends_with("ferry-repo"))
+        .expect("the repository's marker");
+    remote.delete(&marker).await.unwrap();
+    let plain = Archive::with_key(remote.clone(), ROOT, 0, None);
+    plain.push(&b, segment(&b)).await.unwrap();
+    let never = || -> ferry_transfer::Result<Vec<u8>> { panic!("no password is needed here") };
+    // As before the fix: without a password the store's word decides (no marker, plaintext).
+    let open = WalAccess::new(remote.clone(), ROOT, 0);
+    assert!(open.for_fetch(&b, never).await.is_ok());
+    // Given a password: the planted file is refused, and so is a plaintext archive to push to.
+    let sealed = WalAccess::new(remote, ROOT, 0).sealed_only(true);
+    let e = sealed.for_fetch(&b, never).await.err().unwrap();
+    assert!(e.to_string().contains("unencrypted"), "{e}");
+    let e = sealed.keyed(|| Ok(b"pw".to_vec())).await.err().unwrap();
+    assert!(e.to_string().contains("marker is missing"), "{e}");
 }

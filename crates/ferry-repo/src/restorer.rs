@@ -673,16 +673,35 @@ pub async fn restore(
     repo: Arc<Repo>, snap: &Snapshot, target: &Path, opts: &Options,
     progress: Arc<dyn crate::archiver::BackupProgress>,
 ) -> Result<Restored> {
+    restore_to(repo, snap, target, None, opts, progress).await
+}
+
+/// [`restore`] into `root`, the directory `target` names, opened by the caller: who holds
+/// the directory above may swap `target` for a link once it was opened, and a restore that
+/// opened it again by its path would follow that link.
+pub async fn restore_into(
+    repo: Arc<Repo>, snap: &Snapshot, root: Dir, target: &Path, opts: &Options,
+    progress: Arc<dyn crate::archiver::BackupProgress>,
+) -> Result<Restored> {
+    restore_to(repo, snap, target, Some(root), opts, progress).await
+}
+
+async fn restore_to(
+    repo: Arc<Repo>, snap: &Snapshot, target: &Path, root: Option<Dir>, opts: &Options,
+    progress: Arc<dyn crate::archiver::BackupProgress>,
+) -> Result<Restored> {
     // The index is read while the lock is checked: a prune that holds it fails this restore.
     let (lock, (index, _)) = Lock::acquire_then(repo.clone(), false, repo.index()).await?;
-    let r = restore_locked(repo.clone(), Arc::new(index), snap, target, opts, progress).await;
+    let index = Arc::new(index);
+    let r = restore_locked(repo.clone(), index, snap, target, root, opts, progress).await;
     lock.release().await?;
     r
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn restore_locked(
-    repo: Arc<Repo>, index: Arc<Index>, snap: &Snapshot, target: &Path, opts: &Options,
-    progress: Arc<dyn crate::archiver::BackupProgress>,
+    repo: Arc<Repo>, index: Arc<Index>, snap: &Snapshot, target: &Path, root: Option<Dir>,
+    opts: &Options, progress: Arc<dyn crate::archiver::BackupProgress>,
 ) -> Result<Restored> {
     // 1. What to restore: the snapshot's trees walked into entries, bounded by memory.
     let include: Vec<PathBuf> = opts
@@ -708,7 +727,10 @@ async fn restore_locked(
     }
     // 2. Directories made, private; files planned blob by blob.
     ferry_fs::raise_fd_limit();
-    let root = Dir::create_root(target).map_err(|e| Error::io(target.display(), e))?;
+    let root = match root {
+        Some(r) => r,
+        None => Dir::create_root(target).map_err(|e| Error::io(target.display(), e))?,
+    };
     let mut out = Restored {
         errors: std::mem::take(&mut walked.refused),
         ..Restored::default()

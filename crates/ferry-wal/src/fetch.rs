@@ -170,10 +170,24 @@ impl FetchAgent {
                     // The empty .part says "coming" to a wal-fetch that arrives meanwhile.
                     let part = spool.path(&format!("in/.{t}.part"));
                     let res = async {
-                        fs::File::create(&part).map_err(|e| Error::io("spool in", e))?;
+                        // WAL is the database's content: the owner's alone (0600), whatever
+                        // the umask and the spool directory's mode.
+                        let create = || {
+                            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+                            let f = fs::OpenOptions::new()
+                                .write(true)
+                                .create(true)
+                                .truncate(true)
+                                .mode(0o600)
+                                .open(&part)?;
+                            // (A .part left by an older run keeps its mode otherwise.)
+                            f.set_permissions(fs::Permissions::from_mode(0o600))?;
+                            Ok::<_, std::io::Error>(f)
+                        };
+                        create().map_err(|e| Error::io("spool in", e))?;
                         let data = archive.fetch(&t).await?;
                         let io = |e| Error::io("spool in", e);
-                        let mut f = fs::File::create(&part).map_err(io)?;
+                        let mut f = create().map_err(io)?;
                         f.write_all(&data).and_then(|_| f.sync_all()).map_err(io)?;
                         fs::rename(&part, spool.path(&format!("in/{t}"))).map_err(io)
                     }
