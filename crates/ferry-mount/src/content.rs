@@ -60,6 +60,16 @@ impl Blobs {
             let want = offset + out.len() as u64;
             if end > want && out.len() < size {
                 let b = self.get(fs, id)?;
+                // The index's length is what the offsets were counted with: a blob of
+                // another length (a forged index) would put every later byte elsewhere, or
+                // slice past its end.
+                if b.len() as u64 != len {
+                    return Err(Error::Checksum(format!(
+                        "blob {} holds {} bytes, its index says {len}",
+                        id.short(),
+                        b.len()
+                    )));
+                }
                 let from = (want - start) as usize;
                 let take = (size - out.len()).min(b.len().saturating_sub(from));
                 out.extend_from_slice(&b[from..from + take]);

@@ -24,7 +24,7 @@ pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
             );
         }
         // An Azure URL with a SAS token in its query: the token is the credential.
-        if a.contains("://") && ["sig=", "sig%3D", "SIG="].iter().any(|m| a.contains(m)) {
+        if has_sas(a) {
             let shown = a.split('?').next().unwrap_or_default();
             return Some(format!(
                 "'{shown}?...' carries a SAS token, readable by every local user on the command \
@@ -32,15 +32,25 @@ pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
                  the URL in FERRY_REPO or ferry.toml"
             ));
         }
-        if let Some(c) = value("--conninfo").filter(|c| ferry_pg::conn::has_password(c)) {
-            return Some(format!(
-                "--conninfo '{}' holds a password, readable by every local user on the command \
-                 line: set PGPASSWORD (or FERRY_PG_CONNINFO) instead",
-                ferry_pg::conn::redact(&c)
-            ));
+        for (flag, env) in [
+            ("--conninfo", "FERRY_PG_CONNINFO"),
+            ("--primary-conninfo", "FERRY_PG_PRIMARY_CONNINFO"),
+        ] {
+            if let Some(c) = value(flag).filter(|c| ferry_pg::conn::has_password(c)) {
+                return Some(format!(
+                    "{flag} '{}' holds a password, readable by every local user on the command \
+                     line: set PGPASSWORD (or {env}) instead",
+                    ferry_pg::conn::redact(&c)
+                ));
+            }
         }
     }
     None
+}
+
+/// Whether `url` carries an Azure SAS token in its query (the token is the credential).
+pub fn has_sas(url: &str) -> bool {
+    url.contains("://") && ["sig=", "sig%3D", "SIG="].iter().any(|m| url.contains(m))
 }
 
 #[cfg(test)]
@@ -66,6 +76,18 @@ mod tests {
         assert!(check(&["ferry", "--conninfo=postgres://u:hunter2@h/db"]).is_some());
         assert!(check(&["ferry", "--azure-connection-string", "AccountKey=x"]).is_some());
         assert!(check(&["ferry", "pg", "backup", "--conninfo", "host=h user=u"]).is_none());
+        let e = check(&[
+            "ferry",
+            "pg",
+            "backup",
+            "--primary-conninfo",
+            "host=p password=hunter2",
+        ])
+        .expect("refused");
+        assert!(
+            e.contains("FERRY_PG_PRIMARY_CONNINFO") && !e.contains("hunter2"),
+            "{e}"
+        );
         assert!(check(&["ferry", "cp", "a", "b"]).is_none());
         let e = check(&[
             "ferry",

@@ -82,7 +82,7 @@ pub struct Global {
     )]
     pub azure_connection_string: Option<String>,
     /// Repository (WAL archive, backups): a local directory, s3://bucket/prefix, az://container/prefix or gs://bucket/prefix.
-    #[arg(long, global = true, env = "FERRY_REPO")]
+    #[arg(long, global = true, env = "FERRY_REPO", hide_env_values = true)]
     pub repo: Option<String>,
     /// File holding the repository password [default: FERRY_PASSWORD, else a prompt].
     #[arg(long, global = true, env = "FERRY_PASSWORD_FILE")]
@@ -755,7 +755,12 @@ pub struct PgBackupArgs {
     #[command(flatten)]
     pub jitter: JitterArgs,
     /// libpq connection string or URL [default: from PG* variables].
-    #[arg(long, env = "FERRY_PG_CONNINFO", default_value = "")]
+    #[arg(
+        long,
+        env = "FERRY_PG_CONNINFO",
+        default_value = "",
+        hide_env_values = true
+    )]
     pub conninfo: String,
     /// Data directory, when the server's data_directory is not the path seen here.
     #[arg(long, short = 'D', env = "PGDATA")]
@@ -765,7 +770,7 @@ pub struct PgBackupArgs {
     pub full: bool,
     /// When --conninfo reaches a standby (files are then read there): its primary, which
     /// ferry asks to switch WAL at the end of the backup.
-    #[arg(long, env = "FERRY_PG_PRIMARY_CONNINFO")]
+    #[arg(long, env = "FERRY_PG_PRIMARY_CONNINFO", hide_env_values = true)]
     pub primary_conninfo: Option<String>,
     /// Block size relation files are cut into (a multiple of 8KiB).
     #[arg(long, default_value = "64KiB")]
@@ -831,7 +836,12 @@ pub struct PgVerifyArgs {
 #[derive(Debug, Args)]
 pub struct PgCheckArgs {
     /// libpq connection string or URL [default: from PG* variables].
-    #[arg(long, env = "FERRY_PG_CONNINFO", default_value = "")]
+    #[arg(
+        long,
+        env = "FERRY_PG_CONNINFO",
+        default_value = "",
+        hide_env_values = true
+    )]
     pub conninfo: String,
     /// How long the switched WAL file may take to reach the repository.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
@@ -843,7 +853,7 @@ pub struct PgCheckArgs {
 pub struct PgInfoArgs {
     /// Also ask the cluster how far archiving lags (libpq connection string or URL; "" for
     /// the PG* variables').
-    #[arg(long, env = "FERRY_PG_CONNINFO")]
+    #[arg(long, env = "FERRY_PG_CONNINFO", hide_env_values = true)]
     pub conninfo: Option<String>,
 }
 

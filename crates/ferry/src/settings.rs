@@ -442,7 +442,10 @@ fn passed(g: &Global, repo: Option<&str>, config: Option<&Path>) -> Vec<Pass> {
         true => r.to_string(),
         false => abs(Path::new(r)),
     });
-    let mut v: Vec<Pass> = pass("--repo", "FERRY_REPO", repo, false)
+    // A URL with a SAS token is a secret: a child gets it by environment only, never on a
+    // command line or in restore_command.
+    let sas = repo.as_deref().is_some_and(crate::argv::has_sas);
+    let mut v: Vec<Pass> = pass("--repo", "FERRY_REPO", repo, sas)
         .into_iter()
         .collect();
     v.extend(pass("--config", "FERRY_CONFIG", config.map(abs), false));

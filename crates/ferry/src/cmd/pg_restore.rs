@@ -131,11 +131,11 @@ pub async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
     if g.password_file.is_none() && g.password_command.is_none() {
         eprintln!("ferry: note: restore_command reads the password from FERRY_PASSWORD: start the server with it set");
     }
-    let served = stores
-        .settings()
-        .repo
-        .as_deref()
-        .is_some_and(|r| r.starts_with("ferry+https://"));
+    let repo = stores.settings().repo.clone().unwrap_or_default();
+    if crate::argv::has_sas(&repo) && g.config.is_none() {
+        eprintln!("ferry: note: the repository's URL carries a SAS token, left out of restore_command: start the server with FERRY_REPO set, or restore with --config naming a file that holds it");
+    }
+    let served = repo.starts_with("ferry+https://");
     if served && g.serve_token_file.is_none() {
         eprintln!("ferry: note: restore_command reads the tenant token from FERRY_SERVE_TOKEN: start the server with it set, or restore with --serve-token-file");
     }
@@ -186,6 +186,26 @@ mod tests {
         // A secret never goes on a command line (postgresql.auto.conf, ps).
         assert!(!cmd.contains("SECRETKEY"), "{cmd}");
         assert!(!cmd.contains("azure"), "{cmd}");
+    }
+
+    /// A repository URL with a SAS token stays out of restore_command (postgresql.auto.conf,
+    /// every local user's `ps`): the child reads it from FERRY_REPO or the config file.
+    #[test]
+    fn restore_command_leaves_a_sas_token_out() {
+        let cli = Cli::parse_from([
+            "ferry",
+            "--repo",
+            "https://acct.blob.core.windows.net/c/r?sv=1&sig=SECRETSIG",
+            "pg",
+            "backups",
+        ]);
+        let settings = Settings::load(&cli.global).unwrap();
+        let cmd = super::restore_command(&Stores::new(settings)).unwrap();
+        assert!(
+            !cmd.contains("SECRETSIG") && !cmd.contains("--repo"),
+            "{cmd}"
+        );
+        assert!(cmd.ends_with("wal-fetch %f %p"), "{cmd}");
     }
 
     #[test]

@@ -34,10 +34,9 @@ pub async fn run(a: &ServeArgs, ctx: &mut Ctx) -> Result<()> {
     };
     let served = ferry_serve::run(&cfg, backend, &base, |addr| {
         // The one line a supervisor or a test waits for.
-        eprintln!(
-            "ferry serve: listening on https://{addr} (backend {})",
-            cfg.backend
-        );
+        // (A backend URL may carry a SAS token: its query is not printed.)
+        let backend = cfg.backend.split('?').next().unwrap_or_default();
+        eprintln!("ferry serve: listening on https://{addr} (backend {backend})");
     });
     tokio::select! {
         r = served => r.map_err(|e| anyhow!("{listen}: {e}")),
