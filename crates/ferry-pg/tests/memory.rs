@@ -706,12 +706,18 @@ async fn verify_reports_missing_wal_holes_and_damage() {
     );
 }
 
-#[tokio::test]
-async fn wal_access_asks_for_a_password_only_for_sealed_files_and_refuses_planted_plaintext() {
+/// A repository (password "pw") whose archive holds segment `a` sealed, and `b`, one it
+/// lacks; the store and the repository's remote.
+async fn sealed_archive() -> (Arc<MemoryStore>, ferry_transfer::Remote, WalName, WalName) {
     let (store, repo) = new_repo().await;
     let (a, b) = (seg(1, 1), seg(1, 2));
     push(&repo, std::slice::from_ref(&a)).await;
-    let remote = repo.remote().clone();
+    (store, repo.remote().clone(), a, b)
+}
+
+#[tokio::test]
+async fn wal_access_asks_for_a_password_only_for_sealed_files_and_refuses_planted_plaintext() {
+    let (store, remote, a, b) = sealed_archive().await;
     let access = WalAccess::new(remote.clone(), ROOT, 0);
     assert!(access.is_repository().await.unwrap());
     let never = || -> ferry_transfer::Result<Vec<u8>> { panic!("no password is needed here") };
@@ -741,10 +747,7 @@ async fn wal_access_asks_for_a_password_only_for_sealed_files_and_refuses_plante
 /// nothing unencrypted.
 #[tokio::test]
 async fn a_deleted_marker_does_not_turn_a_sealed_archive_plaintext() {
-    let (store, repo) = new_repo().await;
-    let (a, b) = (seg(1, 1), seg(1, 2));
-    push(&repo, std::slice::from_ref(&a)).await;
-    let remote = repo.remote().clone();
+    let (store, remote, _, b) = sealed_archive().await;
     let marker = store
         .keys()
         .into_iter()
