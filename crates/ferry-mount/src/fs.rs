@@ -3,7 +3,7 @@
 //! so each call that needs it blocks on the runtime it was given.
 
 use std::collections::BTreeMap;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use fuser::{
 };
 
 use crate::content::Blobs;
-use crate::inodes::{entry_name, node_inode, Inode, What};
+use crate::inodes::{entry_name, node_inode, Entries, Inode, What};
 
 /// Nothing in a snapshot changes: the kernel may keep what it was told.
 const TTL: Duration = Duration::from_secs(3600);
@@ -45,7 +45,7 @@ impl RepoFs {
 
     /// The entries of directory `inode`: a snapshot directory's tree is read on first visit
     /// (entries with names no file can have are left out).
-    fn children(&self, inode: &Inode) -> Result<BTreeMap<OsString, u64>, Errno> {
+    fn children(&self, inode: &Inode) -> Result<Arc<Entries>, Errno> {
         match &inode.what {
             What::Made(c) => Ok(c.clone()),
             What::Tree { id, children } => {
@@ -65,7 +65,7 @@ impl RepoFs {
                         c.insert(name, self.add(|ino| node_inode(ino, n)));
                     }
                 }
-                Ok(children.get_or_init(|| c).clone())
+                Ok(children.get_or_init(|| Arc::new(c.into())).clone())
             }
             _ => Err(Errno::ENOTDIR),
         }
@@ -77,7 +77,7 @@ impl Filesystem for RepoFs {
         let Some(dir) = self.get(parent) else {
             return reply.error(Errno::ENOENT);
         };
-        let found = self.children(&dir).map(|c| c.get(name).copied());
+        let found = self.children(&dir).map(|c| c.get(name));
         match found {
             Ok(Some(ino)) => match self.get(INodeNo(ino)) {
                 Some(i) => reply.entry(&TTL, &i.attr, Generation(0)),
@@ -145,21 +145,20 @@ impl Filesystem for RepoFs {
             Ok(c) => c,
             Err(e) => return reply.error(e),
         };
-        let dots = [
-            (ino, FileType::Directory, OsString::from(".")),
-            (ino, FileType::Directory, "..".into()),
-        ];
-        let rest = children.into_iter().filter_map(|(name, c)| {
-            let kind = self.get(INodeNo(c))?.attr.kind;
-            Some((INodeNo(c), kind, name))
-        });
-        for (i, (child, kind, name)) in dots
-            .into_iter()
-            .chain(rest)
-            .enumerate()
-            .skip(offset as usize)
-        {
-            if reply.add(child, i as u64 + 1, kind, &name) {
+        // Offsets: 1 and 2 after the dots, 3 + k after the kth entry; a listing goes on from
+        // the offset it is given, without walking what came before.
+        let dots = [(ino, OsStr::new(".")), (ino, OsStr::new(".."))];
+        for (i, (child, name)) in dots.iter().enumerate().skip(offset as usize) {
+            if reply.add(*child, i as u64 + 1, FileType::Directory, name) {
+                return reply.ok();
+            }
+        }
+        let first = (offset as usize).saturating_sub(dots.len());
+        for (k, (name, c)) in children.from(first).iter().enumerate() {
+            let Some(kind) = self.get(INodeNo(*c)).map(|i| i.attr.kind) else {
+                continue;
+            };
+            if reply.add(INodeNo(*c), (dots.len() + first + k) as u64 + 1, kind, name) {
                 break;
             }
         }

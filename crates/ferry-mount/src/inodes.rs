@@ -11,14 +11,42 @@ use ferry_repo::tree::{Node, NodeKind};
 use ferry_repo::Id;
 use fuser::{FileAttr, FileType, INodeNo};
 
+/// A directory's entries, sorted by name, shared: a lookup is a binary search and a listing
+/// starts where the last one stopped, never copying the entries (a directory of a million
+/// entries, listed a hundred at a time, would otherwise cost a million squared).
+#[derive(Default)]
+pub(crate) struct Entries(Vec<(OsString, u64)>);
+
+impl Entries {
+    /// The inode named `name`.
+    pub(crate) fn get(&self, name: &OsStr) -> Option<u64> {
+        let i = self
+            .0
+            .binary_search_by(|(n, _)| n.as_os_str().cmp(name))
+            .ok()?;
+        Some(self.0[i].1)
+    }
+
+    /// The entries from the `from`th on.
+    pub(crate) fn from(&self, from: usize) -> &[(OsString, u64)] {
+        self.0.get(from..).unwrap_or_default()
+    }
+}
+
+impl From<BTreeMap<OsString, u64>> for Entries {
+    fn from(m: BTreeMap<OsString, u64>) -> Entries {
+        Entries(m.into_iter().collect())
+    }
+}
+
 /// What an inode is.
 pub(crate) enum What {
     /// A directory ferry makes up, with its entries.
-    Made(BTreeMap<OsString, u64>),
+    Made(Arc<Entries>),
     /// A directory of a snapshot: its tree, listed on first visit.
     Tree {
         id: Id,
-        children: OnceLock<BTreeMap<OsString, u64>>,
+        children: OnceLock<Arc<Entries>>,
     },
     /// A file of a snapshot.
     File(Arc<Node>),
@@ -91,7 +119,7 @@ pub(crate) fn node_inode(ino: u64, n: Node) -> Inode {
             id,
             children: OnceLock::new(),
         },
-        (NodeKind::Dir, None) => What::Made(BTreeMap::new()),
+        (NodeKind::Dir, None) => What::Made(Arc::default()),
         (NodeKind::File, _) => What::File(Arc::new(n)),
         (NodeKind::Symlink, _) => What::Link(target.unwrap_or_default()),
         _ => What::Other,

@@ -127,7 +127,7 @@ fn layout(fs: &RepoFs, snaps: &[(Id, Snapshot)]) {
             dir.insert("latest".into(), ino);
         }
         fs.add(|ino| Inode {
-            what: What::Made(dir),
+            what: What::Made(Arc::new(dir.into())),
             attr: made_attr(ino, now),
         })
     };
@@ -144,11 +144,11 @@ fn layout(fs: &RepoFs, snaps: &[(Id, Snapshot)]) {
     let group = |names: Vec<&str>, pick: &dyn Fn(&Snapshot, &str) -> bool| {
         let dir: BTreeMap<OsString, u64> = names
             .into_iter()
-            .filter(|n| !n.is_empty() && !n.contains('/') && *n != "." && *n != "..")
+            .filter(|n| !n.is_empty() && !n.contains(['/', '\0']) && *n != "." && *n != "..")
             .map(|n| (OsString::from(n), by_time(&|s| pick(s, n))))
             .collect();
         fs.add(|ino| Inode {
-            what: What::Made(dir),
+            what: What::Made(Arc::new(dir.into())),
             attr: made_attr(ino, now),
         })
     };
@@ -157,27 +157,27 @@ fn layout(fs: &RepoFs, snaps: &[(Id, Snapshot)]) {
         "tags".into(),
         group(tags, &|s, t| s.tags.iter().any(|x| x == t)),
     );
-    let ids = roots
+    let ids: BTreeMap<OsString, u64> = roots
         .iter()
         .map(|(ino, _, id)| (OsString::from(id.short()), *ino))
         .collect();
     top.insert(
         "ids".into(),
         fs.add(|ino| Inode {
-            what: What::Made(ids),
+            what: What::Made(Arc::new(ids.into())),
             attr: made_attr(ino, now),
         }),
     );
     let mut t = fs.inodes.lock().expect("inodes");
     t[0] = Arc::new(Inode {
-        what: What::Made(top),
+        what: What::Made(Arc::new(top.into())),
         attr: made_attr(1, now),
     });
 }
 
 fn made(ino: u64, now: SystemTime) -> Inode {
     Inode {
-        what: What::Made(BTreeMap::new()),
+        what: What::Made(Arc::default()),
         attr: made_attr(ino, now),
     }
 }
