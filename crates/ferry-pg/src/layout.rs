@@ -45,6 +45,9 @@ pub const BLOCK: u32 = 64 << 10;
 /// The backup policy for one data directory.
 pub struct PgLayout {
     root: PathBuf,
+    /// The data directory's owner: a tablespace is that user's directory (PostgreSQL makes
+    /// it so), and pg_tblspc's links are followed only to such.
+    owner: Option<u32>,
     block: u32,
     /// With page checksums on: the backup's start LSN, and what failed.
     checksums: Option<(u64, Mutex<BadPages>)>,
@@ -66,8 +69,10 @@ pub const BAD_PAGES_KEPT: usize = 100;
 impl PgLayout {
     /// For the data directory `root`, relation files cut into `block` bytes.
     pub fn new(root: &Path, block: u32) -> Self {
+        use std::os::unix::fs::MetadataExt;
         Self {
             root: root.to_path_buf(),
+            owner: std::fs::metadata(root).ok().map(|m| m.uid()),
             block,
             checksums: None,
         }
@@ -147,6 +152,25 @@ fn is_unlogged_data(path: &Path, name: &str) -> bool {
 }
 
 impl PgLayout {
+    /// Whether `pg_tblspc/OID` at `path` leads to a tablespace to back up: an OID's name, to
+    /// a directory of the data directory's owner. The cluster's owner can point such a link
+    /// anywhere (`/root`); a backup run as root would store what it points to, for whoever
+    /// holds the repository's password (the cluster's owner's archive_command does) to read.
+    /// Anything else there is stored as the link it is.
+    fn tablespace(&self, path: &Path, oid: &str) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let owned =
+            std::fs::metadata(path).is_ok_and(|m| m.is_dir() && Some(m.uid()) == self.owner);
+        if !owned {
+            tracing::warn!(
+                "{}: not a directory of the data directory's owner: stored as a link, not \
+                 followed",
+                path.display()
+            );
+        }
+        oid.parse::<u32>().is_ok() && owned
+    }
+
     /// Whether `path` (and, for a directory, what is under it) is in a base backup.
     pub fn takes(&self, path: &Path) -> bool {
         let Some(parts) = self.parts(path) else {
@@ -174,7 +198,7 @@ impl Policy for PgLayout {
         // pg_tblspc/OID links to a tablespace: its files are backed up there, as pg_basebackup
         // does; the restore puts them back where tablespace_map says.
         match self.parts(path).as_deref() {
-            Some(["pg_tblspc", _]) => Pick::Follow,
+            Some(["pg_tblspc", oid]) if self.tablespace(path, oid) => Pick::Follow,
             _ => Pick::Take,
         }
     }
@@ -227,6 +251,53 @@ impl Policy for PgLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// pg_tblspc's links are followed only to the data directory owner's directories, and
+    /// only under an OID's name: a link the cluster's owner points at /root is stored as a
+    /// link. (The other owner is made only as root, where backups of others' files run.)
+    #[test]
+    fn only_tablespaces_of_the_cluster_owner_are_followed() {
+        let t = std::env::temp_dir().join(ferry_testkit::unique("ferry-layout"));
+        let (data, mine, theirs) = (t.join("data"), t.join("mine"), t.join("theirs"));
+        for d in [&data.join("pg_tblspc"), &mine, &theirs] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        }
+        for (name, to) in [("16400", &mine), ("16401", &theirs), ("x", &mine)] {
+            std::os::unix::fs::symlink(to, data.join("pg_tblspc").join(name)).unwrap();
+        }
+        let l = PgLayout::new(&data, BLOCK);
+        // (pick reads the link itself; the node it is handed is the listing's.)
+        let link = Node {
+            name: String::new(),
+            name_hex: false,
+            kind: ferry_repo::tree::NodeKind::Symlink,
+            mode: 0o777,
+            uid: 0,
+            gid: 0,
+            mtime: 0,
+            ctime: 0,
+            inode: 0,
+            dev: 0,
+            nlink: 1,
+            size: 0,
+            content: Vec::new(),
+            subtree: None,
+            target: None,
+            rdev: None,
+            xattrs: Vec::new(),
+        };
+        let pick = |n: &str| l.pick(&data.join("pg_tblspc").join(n), &link);
+        assert_eq!(pick("16400"), Pick::Follow);
+        assert_eq!(pick("x"), Pick::Take);
+        if root {
+            assert_eq!(pick("16401"), Pick::Take);
+        }
+        std::fs::remove_dir_all(&t).unwrap();
+    }
 
     #[test]
     fn takes_data_and_leaves_runtime_files() {

@@ -419,31 +419,30 @@ impl Archiver {
         st.errors.push(format!("{}: {e}", path.display()));
     }
 
-    /// Reads and stores a file's content; blocking.
-    fn save_content(self: &Arc<Self>, path: &Path, size: u64) -> Result<(Vec<Id>, u64)> {
+    /// Reads and stores the content of `f`, the file at `path`; blocking.
+    fn save_content(
+        self: &Arc<Self>, path: &Path, f: &fs::File, size: u64,
+    ) -> Result<(Vec<Id>, u64)> {
         let cfg = &self.repo.config;
         let io = |e: std::io::Error| Error::io(path.display(), e);
         let mut ids = Vec::new();
         let mut read = 0u64;
         if let Chunking::Fixed(block) = self.policy.chunking(path) {
-            let f = fs::File::open(path).map_err(io)?;
             let store = |off: u64, b: &[u8]| {
                 self.policy.inspect(path, off, b);
                 self.add_blob(BlobKind::Data, b)
             };
-            return crate::blocks::cut(&f, size, block, &store, &path.display());
+            return crate::blocks::cut(f, size, block, &store, &path.display());
         } else if size <= u64::from(cfg.chunk_min) {
             // A small file is one chunk: no chunker buffer for it.
             let mut buf = Vec::with_capacity(size as usize);
-            fs::File::open(path)
-                .and_then(|mut f| f.read_to_end(&mut buf))
-                .map_err(io)?;
+            let mut r = f;
+            r.read_to_end(&mut buf).map_err(io)?;
             if !buf.is_empty() {
                 read = buf.len() as u64;
                 ids.push(self.add_blob(BlobKind::Data, &buf)?);
             }
         } else {
-            let f = fs::File::open(path).map_err(io)?;
             let mut chunker = Chunker::new(f, cfg.chunk_min, cfg.chunk_avg, cfg.chunk_max);
             while let Some(c) = chunker.next_chunk().map_err(io)? {
                 read += c.len() as u64;
@@ -517,9 +516,16 @@ impl Archiver {
     /// or could not be read (reported).
     fn read_file(self: &Arc<Self>, path: &Path, mut node: Node) -> Option<Node> {
         self.progress.file_started(path);
-        let xattrs = walk::xattrs_of(path);
-        match self.save_content(path, node.size) {
-            Ok((ids, read)) => {
+        // The file listed, and only it: content and xattrs from one descriptor of it.
+        let read = walk::open_listed(path, &node)
+            .map_err(|e| Error::io(path.display(), e))
+            .and_then(|f| {
+                let xattrs = walk::xattrs_of_file(&f);
+                self.save_content(path, &f, node.size)
+                    .map(|(ids, read)| (ids, read, xattrs))
+            });
+        match read {
+            Ok((ids, read, xattrs)) => {
                 node.content = ids;
                 node.xattrs = xattrs;
                 node.size = read;

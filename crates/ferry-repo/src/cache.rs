@@ -32,6 +32,10 @@ fn sweep(base: &Path, mine: &Path) {
         return;
     };
     for e in entries.flatten() {
+        // Only directories themselves: a link is none of ferry's making.
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
         let dir = e.path();
         let tag = dir.join(TAG);
         let unused = fs::metadata(&tag)
@@ -62,7 +66,14 @@ impl Cache {
     pub fn new(base: &Path, url: &str) -> Option<Cache> {
         let dir = base.join(&blake3::hash(url.as_bytes()).to_hex()[..32]);
         // Private: it holds the key file, open to offline guessing. A directory someone else
-        // owns or may write to is not used (they could plant links where copies go).
+        // owns or may write to is not used (they could plant links where copies go). The
+        // repository's directory is ferry's own name: a link there was planted (pointed at a
+        // directory of this user's, say /root/.ssh, it would be filled, then swept), so it is
+        // not followed.
+        if fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
+            tracing::warn!("no metadata cache: {} is not a directory", dir.display());
+            return None;
+        }
         let root = ferry_fs::Dir::create_root(&dir).ok()?;
         if let Err(e) = root.check_private(&dir) {
             tracing::warn!("no metadata cache: {e}");
@@ -222,5 +233,36 @@ mod tests {
         let _ = Cache::new(&base, "s3://bucket/now").expect("cache");
         assert!(recent.dir.exists(), "used again just now");
         fs::remove_dir_all(&base).expect("clean up");
+    }
+
+    /// A link planted where a repository's cache goes (to a private directory of this user,
+    /// /root/.ssh for root) is not followed: nothing is written there, and an old cache
+    /// reached through a link is not swept.
+    #[test]
+    fn a_link_in_place_of_a_cache_is_not_followed() {
+        let t = std::env::temp_dir().join(format!("ferry-cache-link-{}", std::process::id()));
+        let (base, victim) = (t.join("base"), t.join("victim"));
+        fs::create_dir_all(&base).expect("mkdir");
+        fs::create_dir_all(&victim).expect("mkdir");
+        let url = "s3://bucket/planted";
+        let dir = base.join(&blake3::hash(url.as_bytes()).to_hex()[..32]);
+        std::os::unix::fs::symlink(&victim, &dir).expect("link");
+        assert!(Cache::new(&base, url).is_none());
+        assert_eq!(fs::read_dir(&victim).expect("victim").count(), 0);
+        // A directory tagged as an old cache, reached through a link under base: kept.
+        fs::write(
+            victim.join(TAG),
+            format!("{SIGNATURE}\n# ferry's cache of x\n"),
+        )
+        .expect("tag");
+        let f = fs::File::options()
+            .append(true)
+            .open(victim.join(TAG))
+            .expect("tag");
+        f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(40 * 86400))
+            .expect("mtime");
+        let _ = Cache::new(&base, "s3://bucket/other").expect("cache");
+        assert!(victim.join(TAG).exists(), "swept through a link");
+        fs::remove_dir_all(&t).expect("clean up");
     }
 }

@@ -35,6 +35,40 @@ pub(crate) fn xattrs_of(path: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The xattrs of the open file `f`, as [`xattrs_of`] gives a path's.
+pub(crate) fn xattrs_of_file(f: &fs::File) -> Vec<(String, String)> {
+    use xattr::FileExt;
+    let Ok(names) = f.list_xattr() else {
+        return Vec::new();
+    };
+    names
+        .filter_map(|x| {
+            let v = f.get_xattr(&x).ok()??;
+            Some((hex::encode(x.as_bytes()), hex::encode(v)))
+        })
+        .collect()
+}
+
+/// Opens the regular file `path` that was listed as `node`, or refuses: whoever owns the
+/// directory may have swapped the entry since it was listed (for a link, a FIFO that would
+/// block the backup for good, a device that never ends, or another file whose bytes would be
+/// stored under this one's owner and mode, setuid bits included). Not through a link, not
+/// blocking, and the same file (device and inode) as listed.
+pub(crate) fn open_listed(path: &Path, node: &Node) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() || m.ino() != node.inode || m.dev() != node.dev {
+        return Err(std::io::Error::other(
+            "changed while the backup ran: not the file it listed; left out",
+        ));
+    }
+    Ok(f)
+}
+
 /// The node for `path`, with a directory's xattrs (a file's come with its content).
 pub(crate) fn node(path: &Path, name: &std::ffi::OsStr) -> std::io::Result<Node> {
     let mut n = node_of(&fs::symlink_metadata(path)?, path, name)?;

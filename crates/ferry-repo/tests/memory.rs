@@ -616,3 +616,94 @@ async fn blobs_that_two_packs_hold_are_no_damage() {
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.packs, 2 * copies.len());
 }
+
+/// A user who owns a directory being backed up swaps its entries between the listing and
+/// the read: `f` for another file (its bytes would be stored under `f`'s owner and mode,
+/// setuid bits and all, or `f`'s under the other's), `g` for a FIFO (a read would block the
+/// backup for good). Each is left out with an error; the backup ends; nothing of the
+/// swapped-in file is stored.
+struct Swapper {
+    root: PathBuf,
+}
+
+impl ferry_repo::policy::Policy for Swapper {
+    fn pick(&self, path: &Path, _: &ferry_repo::tree::Node) -> ferry_repo::policy::Pick {
+        let rel = path.strip_prefix(&self.root).unwrap();
+        if rel == Path::new("d/f") {
+            let other = self.root.join("other");
+            std::fs::write(&other, b"OTHER: not the file listed").unwrap();
+            std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o4755)).unwrap();
+            std::fs::rename(&other, path).unwrap();
+        }
+        if rel == Path::new("d/g") {
+            std::fs::remove_file(path).unwrap();
+            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        }
+        ferry_repo::policy::Pick::Take
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_swapped_after_the_listing_are_left_out() {
+    let scratch = Scratch::new("ferry-repo-swap");
+    let root = scratch.0.join("data");
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    std::fs::write(root.join("d/f"), b"MINE").unwrap();
+    std::fs::write(root.join("d/g"), b"a file, then a FIFO").unwrap();
+    std::fs::write(root.join("d/h"), b"left alone").unwrap();
+    let (_store, repo) = new_repo().await;
+    let (index, trees) = ferry_repo::backup::starting_point(&repo, false)
+        .await
+        .unwrap();
+    let arch = ferry_repo::archiver::Archiver::with_policy(
+        repo.clone(),
+        index,
+        trees,
+        Arc::new(Quiet),
+        Arc::new(Swapper { root: root.clone() }),
+    );
+    // A build that opens the FIFO blocks there: a minute on, a writer comes and goes so that
+    // such a build fails this test instead of hanging it.
+    let fifo = root.join("d/g");
+    std::thread::spawn(move || {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::thread::sleep(Duration::from_secs(60));
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+    });
+    let tree = tokio::time::timeout(Duration::from_secs(120), arch.save_root(&root, None))
+        .await
+        .expect("the backup hung on a FIFO swapped in for a file")
+        .unwrap();
+    let out = arch
+        .commit(tree, vec![root.display().to_string()], None, vec![], None)
+        .await
+        .unwrap();
+    assert_eq!(out.errors.len(), 2, "{:?}", out.errors);
+    assert!(
+        out.errors
+            .iter()
+            .all(|e| e.contains("not the file it listed")),
+        "{:?}",
+        out.errors
+    );
+    let back = scratch.0.join("back");
+    restorer::restore(
+        repo.clone(),
+        &out.snapshot,
+        &back,
+        &Options::default(),
+        Arc::new(Quiet),
+    )
+    .await
+    .unwrap();
+    let d = back.join("d");
+    assert_eq!(std::fs::read(d.join("h")).unwrap(), b"left alone");
+    for gone in ["f", "g"] {
+        assert!(!d.join(gone).exists(), "{gone} was stored");
+    }
+}

@@ -80,9 +80,11 @@ impl Location {
             "rados" => Scheme::Rados,
             "ferry+https" => Scheme::Served,
             other => {
+                // (Its query is not repeated: it may be a SAS token, `HTTPS://...?sig=`.)
+                let shown = s.split('?').next().unwrap_or_default();
                 return Err(Error::Invalid(format!(
-                    "unknown scheme '{other}' in '{s}': use a local path, -, s3://bucket/key, az://container/blob, gs://bucket/object, rados://pool/name or ferry+https://host:port/tenant/key"
-                )))
+                    "unknown scheme '{other}' in '{shown}': use a local path, -, s3://bucket/key, az://container/blob, gs://bucket/object, rados://pool/name or ferry+https://host:port/tenant/key"
+                )));
             }
         };
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
@@ -240,6 +242,11 @@ mod tests {
     fn rejects_unknown_scheme_and_missing_bucket() {
         let e = Location::parse("gcs://bucket/x").unwrap_err().to_string();
         assert!(e.contains("unknown scheme 'gcs'"), "{e}");
+        // A SAS token in a URL of another spelling is not repeated.
+        let e = Location::parse("HTTP://a.blob.core.windows.net/c/k?sv=1&sig=SECRETSIG")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("SECRETSIG"), "{e}");
         let l = Location::parse("gs://b/k/o").unwrap();
         assert_eq!((l.scheme, l.key.as_str()), (Scheme::Gcs, "k/o"));
         assert!(Location::parse("s3:///key").is_err());

@@ -34,7 +34,7 @@ const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
 /// Larger than any WAL file PostgreSQL writes (segments are at most 1 GiB): a header that
 /// claims more is corrupt, and must not make a fetch allocate it.
-const MAX_LEN: u64 = 1 << 30;
+pub const MAX_LEN: u64 = 1 << 30;
 /// The largest object a WAL file can be stored as: [`MAX_LEN`] with zstd's worst case
 /// (a few bytes per 128 KiB block) and the envelope around it. A larger object is refused
 /// before a byte of it is read.

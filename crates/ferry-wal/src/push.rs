@@ -57,11 +57,32 @@ pub async fn push_file(archive: &Archive, path: &Path) -> Result<Pushed> {
     archive.push(&name, read_wal(path).await?).await
 }
 
-/// The bytes of the WAL file at `path`, for a push.
+/// The bytes of the WAL file at `path`, for a push: a regular file, not through a link, and
+/// not larger than WAL files are. Whoever owns pg_wal (the cluster's owner) may put a link or
+/// a FIFO under a WAL file's name; ferry, if it runs as another user, would otherwise archive
+/// what the link points to (its own secrets, for `wal-fetch` to hand back), or block.
 pub(crate) async fn read_wal(path: &Path) -> Result<Vec<u8>> {
-    tokio::fs::read(path)
-        .await
-        .map_err(|e| Error::io(format!("wal-push {}", path.display()), e))
+    let p = path.to_path_buf();
+    let read = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&p)?;
+        let m = f.metadata()?;
+        if !m.is_file() || m.len() > crate::envelope::MAX_LEN {
+            return Err(std::io::Error::other(
+                "not a WAL file: not a regular file, or larger than WAL files are",
+            ));
+        }
+        let mut buf = Vec::with_capacity(m.len() as usize);
+        f.take(crate::envelope::MAX_LEN).read_to_end(&mut buf)?;
+        Ok(buf)
+    })
+    .await
+    .map_err(|e| Error::Permanent(format!("wal-push {}: {e}", path.display())))?;
+    read.map_err(|e| Error::io(format!("wal-push {}", path.display()), e))
 }
 
 fn ready_file(path: &Path, name: &str) -> PathBuf {

@@ -420,3 +420,72 @@ fn azure_takes_a_sas_token_from_the_environment_and_a_connection_string() {
     fails_with(&out, "AZURE_STORAGE_SAS_TOKEN");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("sig="));
 }
+
+/// A service account's token never goes over plain http: whoever listens at an emulator's
+/// address (`STORAGE_EMULATOR_HOST`) gets requests without one. (object_store signs its own
+/// JWT from the account's key: no network is needed to make one.)
+#[test]
+fn no_token_goes_to_a_plain_http_endpoint() {
+    use std::io::{Read, Write};
+    let d = Dir::new();
+    let key = d.0.join("key.pem");
+    let made = Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+        ])
+        .arg(&key)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success(), "openssl genpkey");
+    let sa = serde_json::json!({
+        "type": "service_account", "project_id": "ferry-test", "private_key_id": "k1",
+        "private_key": std::fs::read_to_string(&key).unwrap(),
+        "client_email": "ferry@ferry-test.iam.gserviceaccount.com",
+        "token_uri": "https://oauth2.googleapis.com/token"
+    });
+    let path = d.file("sa.json", &sa.to_string());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    {
+        let heads = heads.clone();
+        std::thread::spawn(move || {
+            for mut c in listener.incoming().flatten() {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && c.read(&mut b).is_ok_and(|n| n == 1) {
+                    head.push(b[0]);
+                }
+                heads
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).to_lowercase());
+                let _ = c.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+        });
+    }
+    let host = format!("127.0.0.1:{port}");
+    let env = [
+        ("STORAGE_EMULATOR_HOST", host.as_str()),
+        ("GOOGLE_APPLICATION_CREDENTIALS", path.as_str()),
+        ("GOOGLE_CLOUD_PROJECT", ""),
+    ];
+    let out = ferry_env(&["cp", "gs://bucket/key", "-"], &env, None);
+    assert!(!out.status.success(), "a 404 store gave an object");
+    let heads = heads.lock().unwrap().clone();
+    assert!(!heads.is_empty(), "no request reached the endpoint");
+    for h in &heads {
+        assert!(
+            !h.contains("\r\nauthorization:"),
+            "a token went over plain http: {h}"
+        );
+    }
+}

@@ -65,6 +65,27 @@ fn bad_wal_input_is_refused() {
         "not to this segment",
     );
 
+    // A link or a FIFO under a segment's name (the cluster's owner writes pg_wal; ferry
+    // may run as another user): nothing is read through it, nothing archived, nothing hangs.
+    let secret = a.pg.dir().join("ferry-secret");
+    std::fs::write(&secret, b"not WAL").unwrap();
+    a.pg.chown_to_pg(&secret);
+    let link = scratch.join("0000000100000000000000A1");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    fails_with(
+        &a.ferry(&["wal-push", link.to_str().unwrap()], &[]),
+        "symbolic links",
+    );
+    let fifo = scratch.join("0000000100000000000000A2");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+    fails_with(
+        &a.ferry(&["wal-push", fifo.to_str().unwrap()], &[]),
+        "not a regular file",
+    );
+    assert_eq!(files_under(repo), before, "the archive changed");
+
     // A spool the cluster's user cannot write.
     let locked = a.pg.dir().join("root-only");
     std::fs::create_dir(&locked).unwrap();

@@ -90,9 +90,13 @@ impl GcsConfig {
             .with_retry(no_retries())
             .with_client_options(client_options(Some(&base)))
             .with_http_connector(http.clone());
-        if let Some((p, _)) = service_account {
+        // A token never goes over plain http (an emulator's `STORAGE_EMULATOR_HOST`, or
+        // whoever listens there): a service account's is good for an hour, for all of
+        // Google Cloud.
+        let plain = base.to_ascii_lowercase().starts_with("http://");
+        if let (Some((p, _)), false) = (service_account, plain) {
             b = b.with_service_account_path(p.display().to_string());
-        } else if self.endpoint.is_some() {
+        } else if self.endpoint.is_some() || plain {
             let none = GcpCredential {
                 bearer: String::new(),
             };
