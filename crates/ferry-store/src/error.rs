@@ -114,9 +114,12 @@ pub(crate) fn concise(full: &str) -> String {
             .map(|s| s.trim().to_string())
     };
     let status = between("status code: ", ":").or_else(|| between("status code: ", " "));
-    let code = between("<Code>", "</Code>");
+    // The service's words are shown escaped: no control character reaches a terminal.
+    let shown = |s: String| s.escape_debug().take(300).collect::<String>();
+    let code = between("<Code>", "</Code>").map(shown);
     let message = between("<Message>", "</Message>")
-        .map(|m| m.split(" RequestId:").next().unwrap_or(&m).to_string());
+        .map(|m| m.split(" RequestId:").next().unwrap_or(&m).to_string())
+        .map(shown);
     match (status, code, message) {
         (Some(s), Some(c), Some(m)) => format!("{s} {c}: {m}"),
         (Some(s), Some(c), None) => format!("{s} {c}"),
@@ -160,3 +163,16 @@ pub(crate) fn one_line(e: &dyn std::error::Error) -> String {
 
 /// Result of a store operation.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    /// A store's code and message are shown escaped: a hostile one cannot clear an
+    /// operator's terminal or forge lines in a log.
+    #[test]
+    fn a_stores_words_are_shown_escaped() {
+        let full = "status code: 400: <Error><Code>Bad\u{1b}[2J</Code><Message>x\ny\u{7}</Message></Error>";
+        let shown = super::concise(full);
+        assert!(!shown.chars().any(|c| c.is_control()), "{shown:?}");
+        assert!(shown.contains("Bad"), "{shown}");
+    }
+}

@@ -104,9 +104,11 @@ impl ServedStore {
         if status.is_success() {
             return Ok((status, parts.headers, bytes));
         }
-        let why = String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+        // The server's words, escaped: no control character reaches a terminal or a log.
+        let why: String = String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
             .trim()
-            .to_string();
+            .escape_debug()
+            .collect();
         let msg = format!("{}/{what}: {status}: {why}", self.url());
         Err(match status.as_u16() {
             404 => Error::NotFound(msg),

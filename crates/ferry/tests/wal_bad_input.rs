@@ -85,6 +85,9 @@ fn bad_wal_input_is_refused() {
         "not a regular file",
     );
     assert_eq!(files_under(repo), before, "the archive changed");
+    for planted in [&link, &fifo, &secret] {
+        std::fs::remove_file(planted).unwrap();
+    }
 
     // A spool the cluster's user cannot write.
     let locked = a.pg.dir().join("root-only");

@@ -179,7 +179,14 @@ fn keys_of(p: &Profile) -> Option<AwsCredentialProvider> {
 }
 
 fn sts_endpoint(region: &str) -> String {
-    env("AWS_ENDPOINT_URL_STS").unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"))
+    // A region that is not one (from a config file someone else may write) does not make a
+    // host name: the global endpoint then, AWS's either way.
+    let fits = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    let host = match !region.is_empty() && region.chars().all(fits) {
+        true => format!("sts.{region}.amazonaws.com"),
+        false => "sts.amazonaws.com".to_string(),
+    };
+    env("AWS_ENDPOINT_URL_STS").unwrap_or_else(|| format!("https://{host}"))
 }
 
 /// A profile's `web_identity_token_file` + `role_arn`, through `object_store`'s provider.
@@ -351,13 +358,32 @@ struct ProcessOutput {
     expiration: Option<String>,
 }
 
+/// Secrets of ferry's own that a `credential_process` is not handed.
+const HELPER_HIDDEN: &[&str] = &[
+    "FERRY_PASSWORD",
+    "FERRY_SERVE_TOKEN",
+    "FERRY_AZURE_CONNECTION_STRING",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "PGPASSWORD",
+    "FERRY_PG_CONNINFO",
+    "FERRY_PG_PRIMARY_CONNINFO",
+];
+
 #[async_trait]
 impl Fetch for Process {
     async fn fetch(&self) -> Result<(AwsCredential, Option<SystemTime>)> {
         let what = format!("credential_process of AWS profile '{}'", self.profile);
-        let run = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(&self.command)
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(&self.command);
+        // A helper (often another vendor's program) gets what it needs, not ferry's other
+        // secrets.
+        for k in HELPER_HIDDEN {
+            cmd.env_remove(k);
+        }
+        let run = cmd
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
             .output();
@@ -479,6 +505,30 @@ mod tests {
         assert_eq!(expiry("2026-01-01T00:00:10+00:00").unwrap(), t);
         assert!(expiry("2026-01-01T00:00:10.5Z").unwrap() > t);
         assert!(expiry("tomorrow").is_err());
+    }
+
+    /// A credential_process gets none of ferry's other secrets.
+    #[tokio::test]
+    async fn a_credential_process_is_not_handed_ferrys_secrets() {
+        // SAFETY: this test alone sets it; nothing here reads it otherwise.
+        unsafe { std::env::set_var("FERRY_PASSWORD", "the repository's password") };
+        let p = Process {
+            command: r#"test -z "$FERRY_PASSWORD" || exit 9; echo '{"Version": 1, "AccessKeyId": "k", "SecretAccessKey": "s"}'"#.into(),
+            profile: "test".into(),
+        };
+        let got = p.fetch().await;
+        unsafe { std::env::remove_var("FERRY_PASSWORD") };
+        let (c, _) = got.expect("the helper saw FERRY_PASSWORD");
+        assert_eq!(c.key_id, "k");
+    }
+
+    #[test]
+    fn sts_hosts_come_from_regions_only() {
+        assert_eq!(
+            sts_endpoint("eu-north-1"),
+            "https://sts.eu-north-1.amazonaws.com"
+        );
+        assert_eq!(sts_endpoint("evil.example/"), "https://sts.amazonaws.com");
     }
 
     #[test]

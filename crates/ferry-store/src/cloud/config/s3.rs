@@ -96,6 +96,14 @@ impl S3Config {
 
     /// Where requests for `bucket` go: the endpoint with the bucket in its path or host.
     fn bucket_url(&self, bucket: &str, region: &str) -> Result<String> {
+        // The region becomes part of a host name (from a config file someone else may
+        // write): `evil.example/` would send the requests, keys and all, elsewhere.
+        let fits = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+        if self.endpoint.is_none() && (region.is_empty() || !region.chars().all(fits)) {
+            return Err(Error::Invalid(format!(
+                "S3 region {region:?}: a region is letters, digits and '-'"
+            )));
+        }
         let virtual_hosted = self.virtual_hosted.unwrap_or(self.endpoint.is_none());
         let endpoint = self
             .endpoint
@@ -489,5 +497,28 @@ impl std::fmt::Debug for S3Config {
             .field("sse_kms_key_id", &self.sse_kms_key_id)
             .field("sse_c_key", &hidden(&self.sse_c_key))
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::S3Config;
+
+    /// A region from a config file becomes a host name only when it is one: `evil.example/`
+    /// would send the requests elsewhere. With an endpoint of its own, the region is only
+    /// signed (RGW zone groups name their own).
+    #[test]
+    fn a_region_is_no_host_name() {
+        let aws = S3Config::default();
+        assert_eq!(
+            aws.bucket_url("b", "eu-north-1").unwrap(),
+            "https://b.s3.eu-north-1.amazonaws.com"
+        );
+        assert!(aws.bucket_url("b", "evil.example/").is_err());
+        let own = S3Config {
+            endpoint: Some("https://s3.example:9000".into()),
+            ..S3Config::default()
+        };
+        assert!(own.bucket_url("b", "zone_group.1").is_ok());
     }
 }
