@@ -564,15 +564,7 @@ async fn what_the_policy_wants_last_is_read_after_everything_else() {
         .await
         .unwrap();
     let back = scratch.0.join("back");
-    restorer::restore(
-        repo.clone(),
-        &out.snapshot,
-        &back,
-        &Options::default(),
-        Arc::new(Quiet),
-    )
-    .await
-    .unwrap();
+    restore_all(&repo, &out.snapshot, &back).await.unwrap();
     for f in ["a/1", "g/a", "g/z", "g/zz", "m/n/3", "z/4", "5"] {
         assert_eq!(
             std::fs::read(back.join(f)).unwrap(),
@@ -692,15 +684,7 @@ async fn entries_swapped_after_the_listing_are_left_out() {
         out.errors
     );
     let back = scratch.0.join("back");
-    restorer::restore(
-        repo.clone(),
-        &out.snapshot,
-        &back,
-        &Options::default(),
-        Arc::new(Quiet),
-    )
-    .await
-    .unwrap();
+    restore_all(&repo, &out.snapshot, &back).await.unwrap();
     let d = back.join("d");
     assert_eq!(std::fs::read(d.join("h")).unwrap(), b"left alone");
     for gone in ["f", "g"] {

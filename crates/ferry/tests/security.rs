@@ -480,6 +480,55 @@ fn no_special_leaves_out_setuid_bits_and_special_files() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A local user who owns the target gives it a default ACL naming themselves: what the
+/// restore makes inherits it, and the final chmod 0640 of a root file would have opened the
+/// ACL's mask to them (read). The restored files and directories carry no ACL of the
+/// target's, only the snapshot's (none here).
+#[test]
+fn a_default_acl_in_the_target_is_not_inherited() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("sec-acl");
+    let repo = Repo::local(&dir);
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("d/secret"), b"root's only").unwrap();
+    std::fs::set_permissions(src.join("d/secret"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    repo.ok(&["init"]);
+    repo.ok(&["backup", src.to_str().unwrap()]);
+    // user::rwx user:nobody:rwx group::r-x mask::rwx other::--- (the kernel's xattr form).
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 7u16, u32::MAX),
+        (0x02, 7, 65534),
+        (0x04, 5, u32::MAX),
+        (0x10, 7, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    let target = dir.join("target");
+    std::fs::create_dir(&target).unwrap();
+    std::os::unix::fs::chown(&target, Some(65534), Some(65534)).unwrap();
+    xattr::set(&target, "system.posix_acl_default", &acl).expect("a default ACL on the target");
+    repo.ok(&["restore", "latest", "--target", target.to_str().unwrap()]);
+    let at = target.join(src.strip_prefix("/").unwrap());
+    assert_eq!(std::fs::read(at.join("d/secret")).unwrap(), b"root's only");
+    for p in [at.join("d/secret"), at.join("d"), at.clone()] {
+        for name in ["system.posix_acl_access", "system.posix_acl_default"] {
+            assert!(
+                xattr::get(&p, name).unwrap().is_none(),
+                "{}: {name} inherited from the target",
+                p.display()
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// The files of `kind` (a directory of the repository).
 fn stored(repo: &Path, kind: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(repo.join(kind))
