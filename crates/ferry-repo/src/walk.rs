@@ -24,26 +24,25 @@ const AHEAD_MAX: usize = 250_000;
 /// The xattrs of `path`, names and values in hex; unreadable ones are left out, as on
 /// filesystems without xattrs.
 pub(crate) fn xattrs_of(path: &Path) -> Vec<(String, String)> {
-    let Ok(names) = xattr::list(path) else {
-        return Vec::new();
-    };
-    names
-        .filter_map(|x| {
-            let v = xattr::get(path, &x).ok()??;
-            Some((hex::encode(x.as_bytes()), hex::encode(v)))
-        })
-        .collect()
+    hexed(xattr::list(path), |x| xattr::get(path, x))
 }
 
 /// The xattrs of the open file `f`, as [`xattrs_of`] gives a path's.
 pub(crate) fn xattrs_of_file(f: &fs::File) -> Vec<(String, String)> {
     use xattr::FileExt;
-    let Ok(names) = f.list_xattr() else {
+    hexed(f.list_xattr(), |x| f.get_xattr(x))
+}
+
+/// The xattrs `names` lists, each read by `get`, names and values in hex.
+fn hexed<I: Iterator<Item = OsString>>(
+    names: std::io::Result<I>, get: impl Fn(&std::ffi::OsStr) -> std::io::Result<Option<Vec<u8>>>,
+) -> Vec<(String, String)> {
+    let Ok(names) = names else {
         return Vec::new();
     };
     names
         .filter_map(|x| {
-            let v = f.get_xattr(&x).ok()??;
+            let v = get(&x).ok()??;
             Some((hex::encode(x.as_bytes()), hex::encode(v)))
         })
         .collect()

@@ -501,14 +501,8 @@ impl Server {
         let n = kib(len);
         // (A body larger than the tenant's part of the reserve waits with everyone else's.)
         let reserved = class == Class::Urgent && n <= self.urgent_max;
-        if reserved {
-            let now = (
-                t.memory.clone().try_acquire_many_owned(n),
-                self.bodies.clone().try_acquire_many_owned(n),
-            );
-            if let (Ok(mine), Ok(all)) = now {
-                return Ok((Some(mine), all));
-            }
+        if let Some(held) = self.hold_now(t, class, len) {
+            return Ok(held);
         }
         let wait = async {
             if reserved {
