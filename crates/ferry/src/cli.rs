@@ -1,12 +1,15 @@
 //! Command-line syntax. Every setting here may also come from `FERRY_*` variables or
 //! `ferry.toml` (flags win, then the environment, then the file).
+//!
+//! Nothing here derives `Debug`: arguments hold secrets (connection strings, conninfo with a
+//! password, repository URLs with a SAS token), and a `{:?}` would print them.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
 /// Move backups and PostgreSQL WAL into object storage, fast.
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 #[command(name = "ferry", version, about)]
 pub struct Cli {
     #[command(flatten)]
@@ -16,7 +19,7 @@ pub struct Cli {
 }
 
 /// Settings shared by every command.
-#[derive(Debug, Args, Clone)]
+#[derive(Args, Clone)]
 pub struct Global {
     /// Config file [default: ./ferry.toml, then ~/.config/ferry/ferry.toml]
     #[arg(long, global = true, env = "FERRY_CONFIG")]
@@ -123,7 +126,7 @@ pub struct Global {
 }
 
 /// The commands.
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 pub enum Command {
     /// Copy files, streams and objects: local paths, - (stdin/stdout), s3://bucket/key, az://container/blob, gs://bucket/object.
     Cp(CpArgs),
@@ -182,7 +185,7 @@ pub enum Command {
 }
 
 /// WAL archiving settings, shared by the wal-* commands.
-#[derive(Debug, Args, Clone)]
+#[derive(Args, Clone)]
 pub struct WalArgs {
     /// Push through the background agent and prefetch on fetch [default: on] (true/false,
     /// 1/0, yes/no, on/off).
@@ -218,7 +221,7 @@ pub struct WalArgs {
 }
 
 /// `ferry wal-push`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct WalPushArgs {
     /// The WAL file (%p).
     pub path: PathBuf,
@@ -227,7 +230,7 @@ pub struct WalPushArgs {
 }
 
 /// `ferry wal-fetch`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct WalFetchArgs {
     /// The WAL file's name (%f).
     pub name: String,
@@ -238,7 +241,7 @@ pub struct WalFetchArgs {
 }
 
 /// `ferry wal-status`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct WalStatusArgs {
     /// The cluster's data directory, to report the agent's queue too.
     #[arg(long, short = 'D', env = "PGDATA")]
@@ -248,7 +251,7 @@ pub struct WalStatusArgs {
 }
 
 /// `ferry wal-agent`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct WalAgentArgs {
     /// push or fetch.
     pub role: String,
@@ -260,7 +263,7 @@ pub struct WalAgentArgs {
 }
 
 /// `ferry cp`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct CpArgs {
     /// Copy directories and prefixes recursively.
     #[arg(short, long)]
@@ -271,7 +274,7 @@ pub struct CpArgs {
 }
 
 /// `ferry ls`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct LsArgs {
     /// What to list: a store location, or a snapshot (id or "latest") of --repo.
     pub url: String,
@@ -280,7 +283,7 @@ pub struct LsArgs {
 }
 
 /// `ferry backup`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct BackupArgs {
     /// Files and directories.
     #[arg(required_unless_present_any = ["stdin", "files_from", "files_from_verbatim", "files_from_raw"])]
@@ -317,7 +320,7 @@ pub struct BackupArgs {
 }
 
 /// What a backup leaves out; added to the `[backup]` table of ferry.toml.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Clone, Default, Args)]
 pub struct ExcludeArgs {
     /// Leave out what matches: `*` within a name, `**` across directories, a leading `/`
     /// anchors at the root, a trailing `/` matches directories only, a leading `!` takes
@@ -349,7 +352,7 @@ pub struct ExcludeArgs {
 }
 
 /// `ferry restore`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct RestoreArgs {
     /// Snapshot id (a unique prefix) or "latest" (of those --host/--tag/--path choose).
     pub snapshot: String,
@@ -382,7 +385,7 @@ pub struct RestoreArgs {
 }
 
 /// `restore --overwrite`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OverwriteArg {
     /// Replace whatever is there.
     Always,
@@ -395,7 +398,7 @@ pub enum OverwriteArg {
 }
 
 /// `ferry check`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct CheckArgs {
     /// Also read every pack and check every blob.
     #[arg(long)]
@@ -407,7 +410,7 @@ pub struct CheckArgs {
 }
 
 /// Which snapshots a command considers (restic's --host, --tag, --path).
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Clone, Default, Args)]
 pub struct FilterArgs {
     // Ids of their own: a command's positional `paths` (restore's) must not take these.
     /// Only snapshots made on HOST (repeatable: any of them).
@@ -442,14 +445,14 @@ impl FilterArgs {
 }
 
 /// `ferry snapshots`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct SnapshotsArgs {
     #[command(flatten)]
     pub filter: FilterArgs,
 }
 
 /// `ferry prune`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct PruneArgs {
     /// Say what would be deleted and rewritten; change nothing.
     #[arg(long, short = 'n')]
@@ -457,7 +460,7 @@ pub struct PruneArgs {
 }
 
 /// `ferry diff`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct DiffArgs {
     /// The older snapshot (id prefix or "latest").
     pub from: String,
@@ -466,7 +469,7 @@ pub struct DiffArgs {
 }
 
 /// `ferry find`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct FindArgs {
     /// Glob on the path (`*.conf`, `/etc/**`), as --exclude patterns are written; repeatable.
     #[arg(required = true)]
@@ -479,7 +482,7 @@ pub struct FindArgs {
 }
 
 /// `ferry dump`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct DumpArgs {
     /// Snapshot id (a unique prefix) or "latest".
     pub snapshot: String,
@@ -490,7 +493,7 @@ pub struct DumpArgs {
 }
 
 /// `ferry tag`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct TagArgs {
     /// Snapshots to change (id prefixes); none: every one the filter chooses.
     pub snapshots: Vec<String>,
@@ -508,7 +511,7 @@ pub struct TagArgs {
 }
 
 /// `ferry unlock`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct UnlockArgs {
     /// Remove every lock, live ones too (only when no ferry uses the repository).
     #[arg(long)]
@@ -516,7 +519,7 @@ pub struct UnlockArgs {
 }
 
 /// What `ferry stats` counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StatsMode {
     /// The size a restore of the snapshots would write, counting each file once per snapshot.
     RestoreSize,
@@ -525,7 +528,7 @@ pub enum StatsMode {
 }
 
 /// `ferry stats`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct StatsArgs {
     /// Snapshots (id prefixes or "latest"); none: every one the filter chooses.
     pub snapshots: Vec<String>,
@@ -536,7 +539,7 @@ pub struct StatsArgs {
 }
 
 /// `ferry copy`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct CopyArgs {
     /// The repository to copy from.
     #[arg(long, value_name = "URL")]
@@ -551,7 +554,7 @@ pub struct CopyArgs {
 }
 
 /// `ferry mount`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct MountArgs {
     /// An existing empty directory to mount on.
     pub mountpoint: PathBuf,
@@ -560,14 +563,14 @@ pub struct MountArgs {
 }
 
 /// `ferry repair`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct RepairArgs {
     #[command(subcommand)]
     pub cmd: RepairCmd,
 }
 
 /// What `ferry repair` mends.
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 pub enum RepairCmd {
     /// Rebuild the index from the packs' own headers (lost or damaged index files).
     Index,
@@ -576,7 +579,7 @@ pub enum RepairCmd {
 }
 
 /// `ferry repair snapshots`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct RepairSnapshotsArgs {
     /// Remove each original once its repaired copy is written.
     #[arg(long)]
@@ -589,7 +592,7 @@ pub struct RepairSnapshotsArgs {
 }
 
 /// `ferry forget`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct ForgetArgs {
     /// Keep the newest N snapshots.
     #[arg(long)]
@@ -630,7 +633,7 @@ pub struct ForgetArgs {
 }
 
 /// `ferry init`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct InitArgs {
     /// Repository format: 2 binds every sealed file to its kind and repository; 1 only for
     /// an older ferry that must read the repository (docs/format.md).
@@ -646,14 +649,14 @@ pub struct InitArgs {
 }
 
 /// `ferry key`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct KeyArgs {
     #[command(subcommand)]
     pub cmd: KeyCmd,
 }
 
 /// Where a new password comes from: FERRY_NEW_PASSWORD, this file, or a prompt.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct NewPassword {
     /// File holding the new password.
     #[arg(long, env = "FERRY_NEW_PASSWORD_FILE")]
@@ -662,7 +665,7 @@ pub struct NewPassword {
 
 /// `ferry key` subcommands. A key file wraps the one master key under one password: adding,
 /// changing or removing one never re-encrypts data (docs/format.md, Keys).
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 pub enum KeyCmd {
     /// Change the password: add a key file for the new one, remove the one that opened the repository.
     Passwd(NewPassword),
@@ -678,7 +681,7 @@ pub enum KeyCmd {
 }
 
 /// `--jitter`, for commands a fleet runs from cron at the same minute.
-#[derive(Debug, Args, Clone)]
+#[derive(Args, Clone)]
 pub struct JitterArgs {
     /// Wait a random part of DURATION before starting (`5m`): hosts started by cron at the
     /// same second then reach a shared server spread over it.
@@ -708,7 +711,7 @@ fn rand_fraction() -> f64 {
 }
 
 /// `ferry serve`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct ServeArgs {
     /// Print a new tenant token and the SHA-256 that goes into serve.toml, and exit.
     #[arg(long)]
@@ -716,21 +719,21 @@ pub struct ServeArgs {
 }
 
 /// `ferry mkdir`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct MkdirArgs {
     /// What to create.
     pub url: String,
 }
 
 /// `ferry pg ...`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct PgArgs {
     #[command(subcommand)]
     pub cmd: PgCommand,
 }
 
 /// The PostgreSQL commands.
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 pub enum PgCommand {
     /// Back up a running cluster (connection: PGHOST, PGPORT, PGUSER, PGDATABASE or --conninfo).
     Backup(PgBackupArgs),
@@ -750,7 +753,7 @@ pub enum PgCommand {
 }
 
 /// `ferry pg backup`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct PgBackupArgs {
     #[command(flatten)]
     pub jitter: JitterArgs,
@@ -778,7 +781,7 @@ pub struct PgBackupArgs {
 }
 
 /// `ferry pg restore`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct PgRestoreArgs {
     /// The new data directory (absent or empty; with --delta, an existing one).
     #[arg(long)]
@@ -811,7 +814,7 @@ pub struct PgRestoreArgs {
 }
 
 /// `ferry pg expire`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct PgExpireArgs {
     /// Keep the newest N backups.
     #[arg(long)]
@@ -825,7 +828,7 @@ pub struct PgExpireArgs {
 }
 
 /// `ferry pg verify`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct PgVerifyArgs {
     /// Also read and authenticate every pack.
     #[arg(long)]
@@ -833,7 +836,7 @@ pub struct PgVerifyArgs {
 }
 
 /// `ferry pg check`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct PgCheckArgs {
     /// libpq connection string or URL [default: from PG* variables].
     #[arg(
@@ -849,7 +852,7 @@ pub struct PgCheckArgs {
 }
 
 /// `ferry pg info`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct PgInfoArgs {
     /// Also ask the cluster how far archiving lags (libpq connection string or URL; "" for
     /// the PG* variables').

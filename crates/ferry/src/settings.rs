@@ -244,8 +244,9 @@ impl Settings {
     }
 }
 
-/// Everything a command needs to open stores and run the engine.
-#[derive(Debug, Clone)]
+/// Everything a command needs to open stores and run the engine. Its `Debug` hides the
+/// repository URL's query (a SAS token) and the tenant token.
+#[derive(Clone)]
 pub struct Settings {
     pub engine: EngineConfig,
     pub s3: S3Config,
@@ -263,6 +264,29 @@ pub struct Settings {
     /// from the environment only) and the CA to trust.
     pub served_token: String,
     pub served_ca: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let repo = self.repo.as_deref().map(|r| match r.split_once('?') {
+            Some((path, _)) => format!("{path}?***"),
+            None => r.to_string(),
+        });
+        f.debug_struct("Settings")
+            .field("engine", &self.engine)
+            .field("s3", &self.s3)
+            .field("azure", &self.azure)
+            .field("gcs", &self.gcs)
+            .field("repo", &repo)
+            .field("rados", &self.rados)
+            .field("wal_file", &self.wal_file)
+            .field("backup_file", &self.backup_file)
+            .field("pass", &self.pass)
+            .field("serve", &self.serve)
+            .field("served_token", &"***")
+            .field("served_ca", &self.served_ca)
+            .finish()
+    }
 }
 
 /// The config file and where it was read from (none found: the defaults).
@@ -654,6 +678,16 @@ mod tests {
         // Every variable the environment carries, the flags carry too, but the secret.
         assert_eq!(env.len(), args.len() / 2 + 1);
         assert!(!format!("{s:?}").contains("SECRETKEY"));
+        // Nor a SAS token in the repository's URL, nor the tenant token.
+        let mut s = s;
+        s.repo = Some("https://a.blob.core.windows.net/c/r?sv=1&sig=SIGSECRET".into());
+        s.served_token = "TOKSECRET".into();
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("SIGSECRET") && !shown.contains("TOKSECRET"),
+            "{shown}"
+        );
+        assert!(shown.contains("a.blob.core.windows.net/c/r?***"), "{shown}");
     }
 
     #[test]
