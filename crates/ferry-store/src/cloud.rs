@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
@@ -36,7 +36,7 @@ pub use config::{AzureConfig, GcsConfig, S3Config};
 pub(crate) use explained::MISSING;
 
 use crate::{
-    BlockId, DigestKind, Error, Limits, LockMode, Meta, ObjectInfo, Result, Store, Upload,
+    bounded, BlockId, DigestKind, Error, Limits, LockMode, Meta, ObjectInfo, Result, Store, Upload,
     META_DIGEST,
 };
 
@@ -216,13 +216,19 @@ impl Store for CloudStore {
             return Ok(Bytes::new());
         }
         let want = range.end - range.start;
-        let got = self.inner.get_range(&path(key)?, range).await?;
-        whole(key, got, want)
+        let opts = GetOptions {
+            range: Some(range.into()),
+            ..Default::default()
+        };
+        let r = self.inner.get_opts(&path(key)?, opts).await?;
+        whole(key, body(key, r, want).await?, want)
     }
 
     // One request instead of HEAD then GET: a repository's small files over a slow link.
     async fn get(&self, key: &str) -> Result<Bytes> {
-        Ok(self.inner.get(&path(key)?).await?.bytes().await?)
+        let r = self.inner.get(&path(key)?).await?;
+        crate::too_long(key, r.meta.size)?;
+        body(key, r, bounded::MAX_GET).await
     }
 
     // HEADs of the key, whatever they answer (a missing object, a write-only credential's
@@ -266,7 +272,7 @@ impl Store for CloudStore {
                 let r = self.inner.get_opts(&p, opts).await?;
                 let tag = unquote(r.meta.e_tag.clone());
                 let size = r.meta.size;
-                Ok::<_, Error>((tag, size, r.bytes().await?))
+                Ok::<_, Error>((tag, size, body(key, r, len.max(1)).await?))
             };
             let (info, first) = tokio::join!(extra.head(key), first);
             let info = info?;
@@ -289,7 +295,7 @@ impl Store for CloudStore {
             Err(_) => return self.head_then_read(key, len).await,
         };
         let info = info_of(key, &r);
-        let data = whole(key, r.bytes().await?, len.min(info.size))?;
+        let data = whole(key, body(key, r, len.max(1)).await?, len.min(info.size))?;
         Ok((info, data))
     }
 
@@ -439,6 +445,13 @@ impl Store for CloudStore {
 
 /// What a GET or HEAD answer of `object_store` says of an object.
 /// `got`, when it holds the `want` bytes asked for; a short answer is worth a retry.
+/// An answer's body, at most `limit` bytes (what was asked for), whatever the server sends.
+async fn body(key: &str, r: object_store::GetResult, limit: u64) -> Result<Bytes> {
+    let hint = (r.range.end - r.range.start).min(limit);
+    let stream = r.into_stream().map(|c| c.map_err(Error::from));
+    bounded::collect(stream, limit, hint, key).await
+}
+
 fn whole(key: &str, got: Bytes, want: u64) -> Result<Bytes> {
     if got.len() as u64 != want {
         return Err(Error::Transient(format!(

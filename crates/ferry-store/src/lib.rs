@@ -7,6 +7,7 @@
 //! [`memory::MemoryStore`] (in memory, for tests).
 #![warn(missing_docs)]
 
+pub mod bounded;
 pub mod buffer;
 pub mod cloud;
 mod error;
@@ -30,6 +31,17 @@ pub use location::{Location, Scheme};
 /// User metadata stored with an object (keys without any backend prefix; C# identifiers,
 /// as Azure requires).
 pub type Meta = BTreeMap<String, String>;
+
+/// Refuses an object longer than [`Store::get`] reads whole.
+pub fn too_long(key: &str, size: u64) -> Result<()> {
+    match size > bounded::MAX_GET {
+        true => Err(Error::Permanent(format!(
+            "{key}: {size} bytes, more than {} read whole",
+            bounded::MAX_GET
+        ))),
+        false => Ok(()),
+    }
+}
 
 /// Metadata key under which ferry records the block plan an object was written with.
 pub const META_BLOCKS: &str = "ferry_blocks";
@@ -156,8 +168,10 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes>;
     /// Reads a whole small object. Stores that can answer in one request override this;
     /// the default asks for the size first.
+    /// At most [`bounded::MAX_GET`] bytes: a longer object is an error.
     async fn get(&self, key: &str) -> Result<Bytes> {
         let size = self.head(key).await?.size;
+        too_long(key, size)?;
         self.get_range(key, 0..size).await
     }
     /// Size, etag and metadata of one object.

@@ -1,7 +1,7 @@
 //! A directory as a store: temp name in the same directory, fsync, rename, fsync the directory.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -197,10 +197,19 @@ impl Store for LocalStore {
 
     async fn get(&self, key: &str) -> Result<Bytes> {
         let path = self.path(key);
+        let key = key.to_string();
         blocking(move || {
-            fs::read(&path)
-                .map(Bytes::from)
-                .map_err(|e| Error::io(path.display(), e))
+            let io = |e| Error::io(path.display(), e);
+            let f = File::open(&path).map_err(io)?;
+            let size = f.metadata().map_err(io)?.len();
+            crate::too_long(&key, size)?;
+            // Read past the size stat gave, in case the file grows meanwhile, but not far.
+            let mut buf = Vec::with_capacity(size as usize);
+            f.take(crate::bounded::MAX_GET + 1)
+                .read_to_end(&mut buf)
+                .map_err(io)?;
+            crate::too_long(&key, buf.len() as u64)?;
+            Ok(Bytes::from(buf))
         })
         .await
     }

@@ -8,15 +8,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::StreamExt;
 use http::{Method, Request, StatusCode};
 use object_store::client::{HttpClient, HttpRequestBody};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
+use crate::bounded::MAX_GET;
 use crate::{BlockId, DigestKind, Error, Limits, Meta, ObjectInfo, Result, Store, Upload};
 
 /// Largest block the server takes in one request (its default `max_body` is 128 MiB);
 /// larger objects go in blocks that the server composes.
 pub const MAX_BLOCK: u64 = 64 << 20;
+
+/// The longest answer read where no object is asked for: an error's words, a PUT's
+/// receipt.
+const ANSWER: u64 = 64 << 10;
 
 /// What a path segment escapes: everything but unreserved characters.
 const SEGMENT: &AsciiSet = &CONTROLS
@@ -75,15 +81,17 @@ impl ServedStore {
             .join("/")
     }
 
+    /// One request. The answer's body is read up to `limit` bytes (what a GET asked for, a
+    /// short text for the others), whatever the server sends.
     async fn call(
-        &self, method: Method, path_query: &str, range: Option<Range<u64>>, body: Bytes,
+        &self, method: Method, path_query: &str, range: Option<Range<u64>>, body: Bytes, limit: u64,
     ) -> Result<(StatusCode, http::HeaderMap, Bytes)> {
         let mut req = Request::builder()
             .method(method)
             .uri(format!("{}/v1/{path_query}", self.base))
             .header("authorization", format!("Bearer {}", self.token))
             .header("content-length", body.len());
-        if let Some(r) = range {
+        if let Some(r) = &range {
             req = req.header("range", format!("bytes={}-{}", r.start, r.end - 1));
         }
         let req = req
@@ -96,11 +104,16 @@ impl ServedStore {
             .await
             .map_err(|e| Error::Transient(format!("{what}: {}", crate::error::one_line(&e))))?;
         let (parts, body) = res.into_parts();
-        let bytes = body
-            .bytes()
-            .await
-            .map_err(|e| Error::Transient(format!("{what}: {}", crate::error::one_line(&e))))?;
         let status = parts.status;
+        let limit = if status.is_success() { limit } else { ANSWER };
+        let hint = match (&range, status.is_success()) {
+            (Some(r), true) => r.end - r.start,
+            _ => 0,
+        };
+        let stream = body.bytes_stream().map(|c| {
+            c.map_err(|e| Error::Transient(format!("{what}: {}", crate::error::one_line(&e))))
+        });
+        let bytes = crate::bounded::collect(stream, limit, hint, &what).await?;
         if status.is_success() {
             return Ok((status, parts.headers, bytes));
         }
@@ -153,7 +166,8 @@ impl Store for ServedStore {
     }
 
     async fn put(&self, key: &str, data: Bytes, _meta: &Meta) -> Result<()> {
-        self.call(Method::PUT, &Self::path(key), None, data).await?;
+        self.call(Method::PUT, &Self::path(key), None, data, ANSWER)
+            .await?;
         Ok(())
     }
 
@@ -163,7 +177,13 @@ impl Store for ServedStore {
         }
         let want = range.end - range.start;
         let (_, _, b) = self
-            .call(Method::GET, &Self::path(key), Some(range), Bytes::new())
+            .call(
+                Method::GET,
+                &Self::path(key),
+                Some(range),
+                Bytes::new(),
+                want,
+            )
             .await?;
         if b.len() as u64 != want {
             return Err(Error::Transient(format!(
@@ -176,14 +196,14 @@ impl Store for ServedStore {
 
     async fn get(&self, key: &str) -> Result<Bytes> {
         Ok(self
-            .call(Method::GET, &Self::path(key), None, Bytes::new())
+            .call(Method::GET, &Self::path(key), None, Bytes::new(), MAX_GET)
             .await?
             .2)
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo> {
         let (_, h, _) = self
-            .call(Method::HEAD, &Self::path(key), None, Bytes::new())
+            .call(Method::HEAD, &Self::path(key), None, Bytes::new(), ANSWER)
             .await?;
         let size = h
             .get("content-length")
@@ -204,7 +224,10 @@ impl Store for ServedStore {
             true => format!("{}/?list", Self::path(tenant)),
             false => format!("{}/{}/?list", Self::path(tenant), Self::path(dir)),
         };
-        let body = match self.call(Method::GET, &path, None, Bytes::new()).await {
+        let body = match self
+            .call(Method::GET, &path, None, Bytes::new(), MAX_GET)
+            .await
+        {
             Ok((_, _, b)) => b,
             Err(Error::NotFound(_)) => return Ok(Vec::new()),
             Err(e) => return Err(e),
@@ -231,7 +254,7 @@ impl Store for ServedStore {
 
     async fn delete(&self, key: &str) -> Result<()> {
         match self
-            .call(Method::DELETE, &Self::path(key), None, Bytes::new())
+            .call(Method::DELETE, &Self::path(key), None, Bytes::new(), ANSWER)
             .await
         {
             Ok(_) | Err(Error::NotFound(_)) => Ok(()),
@@ -252,7 +275,7 @@ impl Store for ServedStore {
         &self, up: &Upload, idx: usize, _offset: u64, data: Bytes,
     ) -> Result<BlockId> {
         let q = format!("{}?upload={}&part={idx}", Self::path(&up.key), up.id);
-        self.call(Method::PUT, &q, None, data).await?;
+        self.call(Method::PUT, &q, None, data, ANSWER).await?;
         Ok(BlockId(idx.to_string()))
     }
 
@@ -269,13 +292,15 @@ impl Store for ServedStore {
             up.id,
             blocks.len()
         );
-        self.call(Method::POST, &q, None, Bytes::new()).await?;
+        self.call(Method::POST, &q, None, Bytes::new(), ANSWER)
+            .await?;
         Ok(None)
     }
 
     async fn abort_upload(&self, up: &Upload) -> Result<()> {
         let q = format!("{}?upload={}", Self::path(&up.key), up.id);
-        self.call(Method::DELETE, &q, None, Bytes::new()).await?;
+        self.call(Method::DELETE, &q, None, Bytes::new(), ANSWER)
+            .await?;
         Ok(())
     }
 }
