@@ -30,7 +30,7 @@ fn decompress_into(data: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
 }
 
 /// [`decompress_into`], refusing output past `limit`.
-fn decompress_capped(data: &[u8], out: &mut Vec<u8>, limit: u64) -> std::io::Result<()> {
+pub(crate) fn decompress_capped(data: &[u8], out: &mut Vec<u8>, limit: u64) -> std::io::Result<()> {
     out.clear();
     match zstd::zstd_safe::get_frame_content_size(data) {
         Ok(Some(n)) if n <= BULK_MAX => UNZSTD.with(|cell| {

@@ -12,6 +12,8 @@ use crate::index::{self, Index};
 
 /// The only plaintext object: says what the prefix holds.
 const MARKER: &str = "ferry-repo";
+/// Most key files a password is tried against.
+const MAX_KEYS: usize = 20;
 /// The format `init` makes: 2, whose seals bind kind and repository id (docs/format.md).
 pub const FORMAT: u32 = 2;
 
@@ -437,8 +439,11 @@ impl Repo {
         let sealed = self.load_raw(kind.name(), id).await?;
         let what = format!("{}/{}/{id}", self.url(), kind.name());
         let packed = self.key.open(kind, &sealed, &what)?;
-        zstd::stream::decode_all(&packed[..])
-            .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))
+        // Bounded as a blob is: a file of millions of index entries is hundreds of MiB.
+        let mut plain = Vec::new();
+        crate::blob::decompress_capped(&packed, &mut plain, crate::blob::MAX_BLOB)
+            .map_err(|e| Error::Checksum(format!("{what}: does not decompress: {e}")))?;
+        Ok(plain)
     }
 
     /// Ids of the files of `kind`.
@@ -539,9 +544,20 @@ impl Files<'_> {
             }
         }
         let mut damaged = Vec::new();
-        for id in keys {
+        for (n, id) in keys.iter().enumerate() {
             if found.is_some() {
                 break;
+            }
+            if n == MAX_KEYS {
+                // Each costs an Argon2 run: a store writer who plants thousands would make
+                // opening the repository take hours. restic stops at 20 too.
+                return Err(Error::Denied(format!(
+                    "wrong password for repository {}: no key file opened with it in the \
+                     first {MAX_KEYS} of {} (if it is right, remove the key files no one uses \
+                     from keys/ in the store)",
+                    self.url(),
+                    keys.len()
+                )));
             }
             // A damaged or vanished key file does not keep another one from opening.
             let body = match self.load_raw("keys", id).await {

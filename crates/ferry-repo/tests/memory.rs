@@ -237,6 +237,41 @@ async fn init_opens_with_its_password_only() {
         .unwrap();
     assert_eq!(second.config.id, repo.config.id);
     assert_ne!(second.opened_with(), repo.opened_with());
+    // A store writer plants key files (each would cost an Argon2 run): at most 20 are tried.
+    // These sort after the real ones, which still open it.
+    let real = keys_of(&store, "keys");
+    let last = real
+        .iter()
+        .max()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut planted = 0;
+    for i in 0.. {
+        let body = format!("{{\"planted\": {i}}}");
+        let id = Id::of(body.as_bytes()).to_string();
+        if id > last {
+            let key = format!("{ROOT}/keys/{id}");
+            store
+                .put(&key, body.into(), &Default::default())
+                .await
+                .unwrap();
+            planted += 1;
+        }
+        if planted == 25 {
+            break;
+        }
+    }
+    let wrong = Repo::open(remote(&store), ROOT, b"wrong", None).await;
+    assert!(
+        matches!(&wrong, Err(Error::Denied(m)) if m.contains("first 20 of 27")),
+        "{wrong:?}"
+    );
+    Repo::open(remote(&store), ROOT, b"second", None)
+        .await
+        .unwrap();
     // Nothing of the repository is stored in the clear but its marker and key files.
     for k in store.keys() {
         let body = store.bytes(&k).unwrap();
