@@ -53,6 +53,9 @@ pub struct Dir {
     fd: OwnedFd,
 }
 
+/// Deepest a tree [`Dir::remove_tree`] removes goes, in directories below the one named.
+pub const MAX_DEPTH: usize = 1024;
+
 fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     if rc < 0 {
         Err(io::Error::last_os_error())
@@ -642,24 +645,52 @@ impl Dir {
     /// Removes the entry `name` and, when it is a directory, everything in it: each
     /// directory entered by descriptor, never through a symlink (a link is removed, never
     /// what it points to). A directory swapped for a link midway fails to open: an error,
-    /// nothing outside touched.
+    /// nothing outside touched. The walk keeps its levels on the heap, one descriptor each,
+    /// and refuses to go deeper than [`MAX_DEPTH`]: a tree planted a million levels deep
+    /// costs an error, not the stack or every descriptor.
     pub fn remove_tree(&self, name: &[u8]) -> io::Result<()> {
         let c = entry(name)?;
         let Some(st) = self.lstat(name)? else {
             return Ok(());
         };
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            let sub = self.open_dir_c(&c)?;
-            for n in sub.entries()? {
-                sub.remove_tree(&n)?;
-            }
-            // SAFETY: self.fd is open, c NUL-terminated; only an empty directory goes.
-            return check(unsafe {
-                libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR)
-            })
-            .map(drop);
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return self.unlink(&c);
         }
-        self.unlink(&c)
+        // Each level: its directory, the names in it left to remove, and its own name.
+        let first = self.open_dir_c(&c)?;
+        let names = first.entries()?;
+        let mut levels = vec![(first, names, c)];
+        loop {
+            let depth = levels.len();
+            let Some((dir, names, _)) = levels.last_mut() else {
+                return Ok(());
+            };
+            let Some(n) = names.pop() else {
+                let (_, _, done) = levels.pop().expect("a level");
+                let parent = levels.last().map_or(self, |l| &l.0);
+                // SAFETY: parent.fd is open, done NUL-terminated; only an empty directory goes.
+                check(unsafe {
+                    libc::unlinkat(parent.fd.as_raw_fd(), done.as_ptr(), libc::AT_REMOVEDIR)
+                })?;
+                continue;
+            };
+            let c = entry(&n)?;
+            match dir.lstat(&n)? {
+                None => {}
+                Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                    if depth >= MAX_DEPTH {
+                        return Err(err(
+                            io::ErrorKind::Other,
+                            format!("more than {MAX_DEPTH} directories deep: left in place"),
+                        ));
+                    }
+                    let sub = dir.open_dir_c(&c)?;
+                    let names = sub.entries()?;
+                    levels.push((sub, names, c));
+                }
+                Some(_) => dir.unlink(&c)?,
+            }
+        }
     }
 
     /// Makes `name` a hard link to the entry `from` of `dir` (never following a symlink

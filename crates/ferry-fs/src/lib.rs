@@ -13,5 +13,5 @@
 mod dir;
 mod name;
 
-pub use dir::{raise_fd_limit, set_meta, Dir, Meta, Special, Temp};
+pub use dir::{raise_fd_limit, set_meta, Dir, Meta, Special, Temp, MAX_DEPTH};
 pub use name::{check_name, NameError};

@@ -140,3 +140,23 @@ fn remove_tree_removes_links_never_what_they_point_to() {
     assert!(root.lstat(b"x").unwrap().is_none());
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn a_tree_planted_deeper_than_the_bound_is_refused_not_walked_to_the_end() {
+    use ferry_fs::MAX_DEPTH;
+    let d = scratch("deep");
+    let t = d.join("target");
+    let deep: std::path::PathBuf = std::iter::repeat_n("d", MAX_DEPTH + 100).collect();
+    std::fs::create_dir_all(t.join(&deep)).unwrap();
+    std::fs::write(t.join(&deep).join("f"), b"x").unwrap();
+    let root = Dir::open_root(&t).unwrap();
+    let e = root.remove_tree(b"d").unwrap_err();
+    assert!(e.to_string().contains("directories deep"), "{e}");
+    assert!(root.lstat(b"d").unwrap().is_some());
+    // Within the bound it goes, from the middle and then from the top.
+    let half: std::path::PathBuf = std::iter::repeat_n("d", MAX_DEPTH / 2).collect();
+    root.open_path(&half).unwrap().remove_tree(b"d").unwrap();
+    root.remove_tree(b"d").unwrap();
+    assert!(root.entries().unwrap().is_empty());
+    std::fs::remove_dir_all(d).unwrap();
+}
