@@ -9,6 +9,7 @@ pub mod config;
 pub mod keys;
 pub mod listings;
 pub mod metrics;
+pub mod peers;
 pub mod route;
 pub mod sched;
 pub mod server;

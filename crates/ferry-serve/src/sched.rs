@@ -65,6 +65,10 @@ pub struct Limits {
     pub max_body: String,
     /// Connections open at once; past it, new ones are closed at once.
     pub connections: usize,
+    /// Connections one client address may hold open; half of `connections` when unset.
+    /// Behind a load balancer every connection comes from its address: set it to
+    /// `connections` there.
+    pub per_address: Option<usize>,
     /// Retry-After, seconds: the answer is this plus up to as much again, at random, so that
     /// refused clients do not come back together.
     pub retry_after: u64,
@@ -82,6 +86,7 @@ impl Default for Limits {
             // restic's largest packs (--pack-size 128) run past 128 MiB by up to a blob.
             max_body: "160MiB".into(),
             connections: 4096,
+            per_address: None,
             retry_after: 1,
             upload_idle: 6 * 3600,
         }

@@ -20,6 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{hash_matches, Config};
 use crate::metrics::{Done, Metrics};
+use crate::peers::Peers;
 use crate::route::{self, Op, Route};
 use crate::sched::{Class, Scheduler};
 use crate::stall::StallIo;
@@ -62,6 +63,8 @@ pub struct Server {
     urgent_max: u32,
     /// Connections that may be open at once.
     connections: Arc<Semaphore>,
+    /// And from one client address.
+    peers: Arc<Peers>,
     metrics_token: Option<String>,
     /// See [`crate::sched::Limits::upload_idle`].
     upload_idle: Duration,
@@ -171,6 +174,7 @@ impl Server {
             urgent: Arc::new(Semaphore::new(kib(reserve) as usize)),
             urgent_max: kib(urgent_share),
             connections: Arc::new(Semaphore::new(cfg.limits.connections.max(1))),
+            peers: Peers::new(cfg.limits.per_address.unwrap_or(cfg.limits.connections / 2)),
             metrics_token: cfg.metrics_token_sha256.clone(),
             upload_idle: Duration::from_secs(cfg.limits.upload_idle.max(1)),
         })
@@ -192,14 +196,19 @@ impl Server {
             };
             // Past the bound, the newest connection is closed at once: the ones open keep
             // being served.
+            // So is one past its address's share.
             let Ok(open) = self.connections.clone().try_acquire_owned() else {
+                drop(tcp);
+                continue;
+            };
+            let Some(slot) = self.peers.enter(peer.ip()) else {
                 drop(tcp);
                 continue;
             };
             let _ = tcp.set_nodelay(true);
             let (acceptor, me) = (acceptor.clone(), self.clone());
             tokio::spawn(async move {
-                let _open = open;
+                let _open = (open, slot);
                 let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await
                 else {
                     return;

@@ -842,3 +842,44 @@ fn writes_in_flight_together_cannot_pass_the_quota() {
     );
     assert!(!served.store.join("dave/empty").exists());
 }
+
+/// One address opening connections that never say a word cannot hold every connection the
+/// server allows: past its share it is closed at once, and other addresses are served.
+#[test]
+fn one_address_cannot_hold_every_connection() {
+    use std::io::Read;
+    use std::net::{Ipv4Addr, TcpStream};
+    let served = Served::start("connections = 8\nper_address = 4");
+    let mallory = Ipv4Addr::new(127, 0, 0, 1);
+    let addr = format!("127.0.0.1:{}", served.port).parse().unwrap();
+    let idle: Vec<TcpStream> = (0..4)
+        .map(|_| servekit::connect_from(mallory, addr).unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut fifth = servekit::connect_from(mallory, addr).unwrap();
+    fifth
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    let closed = match fifth.read(&mut b) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    };
+    assert!(closed, "a fifth connection from one address was kept open");
+    let other = Ipv4Addr::new(127, 0, 0, 2);
+    assert_eq!(
+        servekit::healthz_from(served.port, &served.ca, other),
+        Some(200),
+        "another address was not served"
+    );
+    drop(idle);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        servekit::healthz_from(served.port, &served.ca, mallory),
+        Some(200),
+        "the address was not served again once its connections closed"
+    );
+}

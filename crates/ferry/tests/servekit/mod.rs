@@ -244,14 +244,55 @@ impl Served {
                 self.dir.join(format!("{n}.key")),
             )
         });
-        tls_to(addr, &self.ca, cert).expect("a TLS connection to the server")
+        tls_to(addr, &self.ca, cert, None).expect("a TLS connection to the server")
     }
+}
+
+/// A TCP connection to `to` from the address `ip` (any of 127.0.0.0/8 is this host's):
+/// another client, as the server sees it.
+pub fn connect_from(ip: std::net::Ipv4Addr, to: std::net::SocketAddr) -> Option<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(to) = to else {
+        return None;
+    };
+    let sin = |a: std::net::SocketAddrV4| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*a.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let (local, remote) = (sin(std::net::SocketAddrV4::new(ip, 0)), sin(to));
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a new socket, owned by the TcpStream made of it (closed on any failure), and
+    // two sockaddr_in of their size.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let sock = TcpStream::from_raw_fd(fd);
+        let ok = libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) == 0
+            && libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) == 0;
+        ok.then_some(sock)
+    }
+}
+
+/// `GET /healthz` from the address `ip`: the status, or `None` when the server closed the
+/// connection or could not be reached.
+pub fn healthz_from(port: u16, ca: &Path, ip: std::net::Ipv4Addr) -> Option<u16> {
+    let mut tls = tls_to(&format!("127.0.0.1:{port}"), ca, None, Some(ip))?;
+    let head = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    tls.write_all(head.as_bytes()).ok()?;
+    let (code, _) = read_response(&mut tls);
+    (code != 0).then_some(code)
 }
 
 /// A TLS connection to `addr` (the server's certificate names 127.0.0.1) trusting `ca`, with
 /// a client certificate and key when given; `None` when it cannot be made.
 fn tls_to(
-    addr: &str, ca: &Path, cert: Option<(PathBuf, PathBuf)>,
+    addr: &str, ca: &Path, cert: Option<(PathBuf, PathBuf)>, from: Option<std::net::Ipv4Addr>,
 ) -> Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
@@ -276,7 +317,10 @@ fn tls_to(
     };
     let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?;
     let conn = rustls::ClientConnection::new(Arc::new(cfg), name).ok()?;
-    let sock = TcpStream::connect(addr).ok()?;
+    let sock = match from {
+        None => TcpStream::connect(addr).ok()?,
+        Some(ip) => connect_from(ip, addr.parse().ok()?)?,
+    };
     sock.set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .ok()?;
     Some(rustls::StreamOwned::new(conn, sock))
@@ -457,7 +501,7 @@ pub fn put(port: u16, ca: &Path, token: &str, path: &str, body: &[u8]) -> Option
 /// reads the answer; its status, or `None` when there was none.
 pub fn send(port: u16, ca: &Path, head: &str, body: &[u8]) -> Option<u16> {
     let head = head.replace("\r\n", "\n").replace('\n', "\r\n");
-    let mut tls = tls_to(&format!("127.0.0.1:{port}"), ca, None)?;
+    let mut tls = tls_to(&format!("127.0.0.1:{port}"), ca, None, None)?;
     tls.write_all(head.as_bytes()).ok()?;
     tls.write_all(body).ok()?;
     let (code, _) = read_response(&mut tls);
