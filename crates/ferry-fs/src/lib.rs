@@ -12,6 +12,8 @@
 
 mod dir;
 mod name;
+mod regular;
 
 pub use dir::{raise_fd_limit, set_meta, Dir, Meta, Special, Temp, MAX_DEPTH};
 pub use name::{check_name, NameError};
+pub use regular::open_regular;

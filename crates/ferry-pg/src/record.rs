@@ -64,6 +64,18 @@ pub struct Tablespace {
 }
 
 impl PgBackup {
+    /// Why a directory of `uid` is not the cluster owner's to restore into, or `None` when it
+    /// is: a directory another user owns is theirs to swap or read, and a root-owned one
+    /// filled and handed to the cluster's owner would become theirs.
+    pub(crate) fn not_owners(&self, uid: u32) -> Option<String> {
+        (uid != self.owner.0).then(|| {
+            format!(
+                "belongs to uid {uid}, not to the cluster's owner (uid {})",
+                self.owner.0
+            )
+        })
+    }
+
     /// The record in `snap`, if it is a PostgreSQL backup.
     pub fn of(snap: &Snapshot) -> Option<PgBackup> {
         let v = snap.extra.as_ref()?.get(TAG)?;

@@ -322,15 +322,13 @@ pub async fn restore(
 /// handed to the cluster's owner.
 fn owned(root: &ferry_fs::Dir, made: bool, b: &PgBackup, to: &Path) -> Result<()> {
     let uid = root.stat().map_err(|e| Error::io(to.display(), e))?.st_uid;
-    if made || uid == b.owner.0 {
-        return Ok(());
+    match b.not_owners(uid).filter(|_| !made) {
+        None => Ok(()),
+        Some(why) => Err(Error::Invalid(format!(
+            "{} {why}: give it to that user, or name a new directory",
+            to.display()
+        ))),
     }
-    Err(Error::Invalid(format!(
-        "{} belongs to uid {uid}, not to the cluster's owner (uid {}): give it to that user, \
-         or name a new directory",
-        to.display(),
-        b.owner.0
-    )))
 }
 
 /// Whether `path` (not followed if a link) is the directory `dir` holds open.

@@ -84,19 +84,16 @@ fn not_taken(t: &Tablespace, dest: &Path, b: &PgBackup) -> Result<()> {
     let Ok(m) = std::fs::metadata(dest) else {
         return Ok(());
     };
-    if m.uid() == b.owner.0 {
-        return Ok(());
+    match b.not_owners(m.uid()) {
+        None => Ok(()),
+        Some(why) => Err(Error::Invalid(format!(
+            "tablespace {}: {} {why}: give --tablespace-map {}={} to restore there",
+            t.oid,
+            dest.display(),
+            t.oid,
+            dest.display()
+        ))),
     }
-    Err(Error::Invalid(format!(
-        "tablespace {}: {} belongs to uid {}, not to the cluster's owner (uid {}): give \
-         --tablespace-map {}={} to restore there",
-        t.oid,
-        dest.display(),
-        m.uid(),
-        b.owner.0,
-        t.oid,
-        dest.display()
-    )))
 }
 
 /// What [`places`] checked by path, checked again on the directory opened there (the path
@@ -114,15 +111,14 @@ pub(crate) fn check_opened(
         )));
     }
     let st = dir.stat().map_err(io)?;
-    if trusted || st.st_uid == b.owner.0 {
-        return Ok(());
+    match b.not_owners(st.st_uid).filter(|_| !trusted) {
+        None => Ok(()),
+        Some(why) => Err(Error::Invalid(format!(
+            "tablespace {}: {} changed while it was opened: it {why}",
+            t.oid,
+            dest.display()
+        ))),
     }
-    Err(Error::Invalid(format!(
-        "tablespace {}: {} changed while it was opened: it belongs to uid {}",
-        t.oid,
-        dest.display(),
-        st.st_uid
-    )))
 }
 
 /// Whether `dir` holds a PostgreSQL version directory, as every tablespace does.

@@ -6,9 +6,7 @@
 //! the marker files: one `lstat` per directory and name, and for a header one read of a
 //! regular file opened without following links. A marker that is a link marks nothing.
 
-use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use ferry_transfer::{Error, Result};
@@ -159,11 +157,7 @@ impl Exclude {
                 return false;
             }
             let mut got = vec![0; want.len()];
-            let read = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(&path)
-                .and_then(|mut f: File| f.read_exact(&mut got));
+            let read = ferry_fs::open_regular(&path).and_then(|(mut f, _)| f.read_exact(&mut got));
             read.is_ok() && &got == want
         })
     }

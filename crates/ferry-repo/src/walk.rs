@@ -54,16 +54,14 @@ fn hexed<I: Iterator<Item = OsString>>(
 /// stored under this one's owner and mode, setuid bits included). Not through a link, not
 /// blocking, and the same file (device and inode) as listed.
 pub(crate) fn open_listed(path: &Path, node: &Node) -> std::io::Result<fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    let m = f.metadata()?;
-    if !m.is_file() || m.ino() != node.inode || m.dev() != node.dev {
-        return Err(std::io::Error::other(
-            "changed while the backup ran: not the file it listed; left out",
-        ));
+    let changed =
+        || std::io::Error::other("changed while the backup ran: not the file it listed; left out");
+    let (f, m) = ferry_fs::open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => changed(),
+        _ => e,
+    })?;
+    if m.ino() != node.inode || m.dev() != node.dev {
+        return Err(changed());
     }
     Ok(f)
 }

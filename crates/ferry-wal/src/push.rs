@@ -65,16 +65,17 @@ pub(crate) async fn read_wal(path: &Path) -> Result<Vec<u8>> {
     let p = path.to_path_buf();
     let read = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
         use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(&p)?;
-        let m = f.metadata()?;
-        if !m.is_file() || m.len() > crate::envelope::MAX_LEN {
-            return Err(std::io::Error::other(
+        let not_wal = || {
+            std::io::Error::other(
                 "not a WAL file: not a regular file, or larger than WAL files are",
-            ));
+            )
+        };
+        let (f, m) = ferry_fs::open_regular(&p).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => not_wal(),
+            _ => e,
+        })?;
+        if m.len() > crate::envelope::MAX_LEN {
+            return Err(not_wal());
         }
         let mut buf = Vec::with_capacity(m.len() as usize);
         f.take(crate::envelope::MAX_LEN).read_to_end(&mut buf)?;
