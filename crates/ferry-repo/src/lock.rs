@@ -2,10 +2,18 @@
 //!
 //! Backups take a shared lock, prune an exclusive one. Each writes its lock file, then looks
 //! for conflicting ones and backs out if it finds any, so two racing processes cannot both
-//! win (both may lose, and say so). A lock is refreshed every 5 minutes; one older than 30
-//! minutes, or of a process of this host that is gone, belongs to a process that died and
-//! is ignored. A backup killed with `kill -9` on another host thus blocks prune for at most
-//! 30 minutes, and its packs are left for the next prune; [`unlock`] removes such locks.
+//! win (both may lose, and say so). A lock is refreshed every 5 minutes; one of a process of
+//! this host that is gone holds nothing. One not refreshed for 30 minutes by the reader's
+//! clock may belong to a process that died elsewhere: the reader watches it for one refresh
+//! interval more (its own clock may be ahead, the holder alive), and takes it as dead only if
+//! its holder wrote no lock meanwhile. A backup killed with `kill -9` on another host thus
+//! blocks prune for 30 to 36 minutes, and its packs are left for the next prune; [`unlock`]
+//! removes such locks.
+//!
+//! A holder whose refresh keeps failing (it lost the store while others still reach it) has
+//! lost its lock after 25 minutes without one: [`Repo`] then refuses to write an index or
+//! snapshot file for it, and prune to delete, since another process may already have taken
+//! the lock as dead and acted on it.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,8 +28,28 @@ use crate::id::Id;
 use crate::repo::Repo;
 use crate::snapshot::hostname;
 
-const REFRESH: Duration = Duration::from_secs(300);
-const STALE: u64 = 1800;
+/// How a lock is kept: a parameter so that tests can run its rules in seconds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// A held lock is written again this often.
+    pub refresh: Duration,
+    /// A lock this old by the reader's clock may be dead: watched for `refresh` and a
+    /// fifth more before it is taken as such.
+    pub stale: Duration,
+    /// A holder that went this long without a refresh has lost its lock.
+    pub give_up: Duration,
+    /// Seconds added to this host's clock in the lock files it writes: a host whose clock is
+    /// off, in tests.
+    pub skew: i64,
+}
+
+/// The rules every ferry follows (restic's: refresh 5 min, stale 30 min).
+pub(crate) const TIMING: Timing = Timing {
+    refresh: Duration::from_secs(300),
+    stale: Duration::from_secs(1800),
+    give_up: Duration::from_secs(1500),
+    skew: 0,
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct LockInfo {
@@ -43,31 +71,92 @@ pub struct Lock {
     repo: Arc<Repo>,
     id: Arc<Mutex<Id>>,
     refresher: JoinHandle<()>,
+    health: Arc<Health>,
 }
 
-async fn others(repo: &Repo, mine: &Id) -> Result<Vec<LockInfo>> {
+/// When a held lock was last written, and whether it has been lost.
+#[derive(Debug)]
+pub(crate) struct Health {
+    give_up: Duration,
+    state: std::sync::Mutex<Written>,
+}
+
+#[derive(Debug)]
+struct Written {
+    /// By the monotonic clock, and by the wall clock (which goes on while the host sleeps).
+    at: (std::time::Instant, u64),
+    lost: Option<String>,
+}
+
+impl Health {
+    fn new(give_up: Duration) -> Arc<Health> {
+        Arc::new(Health {
+            give_up,
+            state: std::sync::Mutex::new(Written {
+                at: (std::time::Instant::now(), now()),
+                lost: None,
+            }),
+        })
+    }
+
+    /// The time since the last write, by whichever clock says longer.
+    fn gap(w: &Written) -> Duration {
+        let wall = Duration::from_secs(now().saturating_sub(w.at.1));
+        w.at.0.elapsed().max(wall)
+    }
+
+    /// Records a write (`ok`) or a failed one; a gap past `give_up` loses the lock for good,
+    /// even if a later write succeeds: others may have acted on it in between.
+    fn note(&self, ok: bool) {
+        let mut w = self.state.lock().expect("lock health");
+        let gap = Self::gap(&w);
+        if gap >= self.give_up && w.lost.is_none() {
+            w.lost = Some(format!(
+                "the repository lock could not be refreshed for {} minutes: another \
+                 process may have taken it as dead (a prune may have removed what this wrote); \
+                 nothing more is written, run it again",
+                gap.as_secs() / 60
+            ));
+        }
+        if ok {
+            w.at = (std::time::Instant::now(), now());
+        }
+    }
+
+    /// An error once the lock is lost.
+    pub(crate) fn check(&self) -> Result<()> {
+        self.note(false);
+        match &self.state.lock().expect("lock health").lost {
+            Some(why) => Err(Error::Permanent(why.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The other lock files, read, but for those `skip` names; a lock deleted meanwhile, or
+/// unreadable, holds nothing. Those of a process of this host that is gone are left out.
+async fn others(repo: &Repo, skip: &[Id]) -> Result<Vec<(Id, LockInfo)>> {
     use futures::StreamExt;
     let ids = repo.list_ids("locks").await?;
-    let read = futures::stream::iter(ids.into_iter().filter(|id| id != mine))
-        .map(|id| async move { repo.load_file(Kind::Lock, &id).await })
+    let read = futures::stream::iter(ids.into_iter().filter(|id| !skip.contains(id)))
+        .map(|id| async move { (id, repo.load_file(Kind::Lock, &id).await) })
         .buffer_unordered(crate::repo::READ_AHEAD)
         .collect::<Vec<_>>()
         .await;
-    // A lock deleted meanwhile, or unreadable, does not hold anything.
     Ok(read
         .into_iter()
-        .filter_map(|b| serde_json::from_slice::<LockInfo>(&b.ok()?).ok())
-        .filter(|l| stale(l).is_none())
+        .filter_map(|(id, b)| Some((id, serde_json::from_slice::<LockInfo>(&b.ok()?).ok()?)))
+        .filter(|(_, l)| !died_here(l))
         .collect())
 }
 
 /// Why a lock holds nothing, or None when it holds: a process of this host that is gone, or
-/// no refresh for [`STALE`] seconds (a holder on another host refreshes every 5 minutes).
-fn stale(l: &LockInfo) -> Option<String> {
+/// no refresh for `stale` (a holder refreshes every 5 minutes).
+fn stale(l: &LockInfo, stale: Duration) -> Option<String> {
     let age = now().saturating_sub(l.time);
     if died_here(l) {
         Some("its process is gone".into())
-    } else if age >= STALE {
+    } else if age >= stale.as_secs() {
         Some(format!("not refreshed for {} minutes", age / 60))
     } else {
         None
@@ -82,12 +171,12 @@ fn died_here(l: &LockInfo) -> bool {
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
-async fn write(repo: &Repo, exclusive: bool) -> Result<Id> {
+async fn write(repo: &Repo, exclusive: bool, skew: i64) -> Result<Id> {
     let info = LockInfo {
         exclusive,
         hostname: hostname(),
         pid: std::process::id(),
-        time: now(),
+        time: now().saturating_add_signed(skew),
     };
     repo.save_file(
         Kind::Lock,
@@ -136,42 +225,45 @@ impl Lock {
     pub async fn acquire_then<T>(
         repo: Arc<Repo>, exclusive: bool, then: impl std::future::Future<Output = Result<T>>,
     ) -> Result<(Lock, T)> {
-        let conflict = |o: &[LockInfo]| -> Option<String> {
-            o.iter()
-                .find(|l| exclusive || l.exclusive)
-                .map(|l| format!("repository {} is locked: {}", repo.url(), describe(l)))
-        };
+        Lock::acquire_timed(repo, exclusive, then, TIMING).await
+    }
+
+    pub(crate) async fn acquire_timed<T>(
+        repo: Arc<Repo>, exclusive: bool, then: impl std::future::Future<Output = Result<T>>,
+        t: Timing,
+    ) -> Result<(Lock, T)> {
         // Written first and checked after, in two round trips: of two racing processes,
         // at least the later one sees the other's lock.
-        let id = write(&repo, exclusive).await?;
-        let (found, then) = match tokio::join!(others(&repo, &id), then) {
-            (Ok(found), Ok(t)) => (found, t),
-            (Err(e), _) | (_, Err(e)) => {
+        let id = write(&repo, exclusive, t.skew).await?;
+        let checked = async {
+            let mine = [id];
+            let (found, then) = tokio::try_join!(others(&repo, &mine), then)?;
+            conflicts(&repo, exclusive, &id, found, t).await?;
+            Ok(then)
+        };
+        let then = match checked.await {
+            Ok(then) => then,
+            Err(e) => {
                 let _ = repo.delete_file("locks", &id).await;
                 return Err(e);
             }
         };
-        if let Some(msg) = conflict(&found) {
-            let _ = repo.delete_file("locks", &id).await;
-            return Err(Error::Denied(msg));
-        }
+        let health = Health::new(t.give_up);
+        repo.hold(health.clone());
         let id = Arc::new(Mutex::new(id));
-        let (r, i) = (repo.clone(), id.clone());
-        let refresher = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(REFRESH).await;
-                if let Ok(new) = write(&r, exclusive).await {
-                    let mut cur = i.lock().await;
-                    let _ = r.delete_file("locks", &cur).await;
-                    *cur = new;
-                }
-            }
-        });
+        let refresher = tokio::spawn(refresh(
+            repo.clone(),
+            exclusive,
+            id.clone(),
+            health.clone(),
+            t,
+        ));
         Ok((
             Lock {
                 repo,
                 id,
                 refresher,
+                health,
             },
             then,
         ))
@@ -180,8 +272,78 @@ impl Lock {
     /// Removes the lock file.
     pub async fn release(self) -> Result<()> {
         self.refresher.abort();
+        self.repo.unhold(&self.health);
         let id = *self.id.lock().await;
         self.repo.delete_file("locks", &id).await
+    }
+}
+
+/// Writes the lock again every `t.refresh` (a minute after a failed try, until it is lost),
+/// then removes the one before.
+async fn refresh(
+    repo: Arc<Repo>, exclusive: bool, id: Arc<Mutex<Id>>, health: Arc<Health>, t: Timing,
+) {
+    let mut wait = t.refresh;
+    loop {
+        tokio::time::sleep(wait).await;
+        match write(&repo, exclusive, t.skew).await {
+            Ok(new) => {
+                health.note(true);
+                let mut cur = id.lock().await;
+                let _ = repo.delete_file("locks", &cur).await;
+                *cur = new;
+                wait = t.refresh;
+            }
+            Err(e) => {
+                tracing::warn!("refreshing the repository lock: {e}");
+                health.note(false);
+                wait = (t.refresh / 5).min(Duration::from_secs(60));
+            }
+        }
+    }
+}
+
+/// An error when a lock in `found` conflicts with taking one (`exclusive` or shared). One
+/// that looks dead by this host's clock is watched for a refresh interval first: if its
+/// holder writes a lock meanwhile it is alive, and this host's clock is ahead of its.
+async fn conflicts(
+    repo: &Repo, exclusive: bool, mine: &Id, found: Vec<(Id, LockInfo)>, t: Timing,
+) -> Result<()> {
+    let conflict = |l: &LockInfo| exclusive || l.exclusive;
+    let denied = |l: &LockInfo, why: &str| {
+        Error::Denied(format!(
+            "repository {} is locked: {}{why}",
+            repo.url(),
+            describe(l)
+        ))
+    };
+    let (old, live): (Vec<_>, Vec<_>) = found
+        .into_iter()
+        .filter(|(_, l)| conflict(l))
+        .partition(|(_, l)| stale(l, t.stale).is_some());
+    if let Some((_, l)) = live.first() {
+        return Err(denied(l, ""));
+    }
+    if old.is_empty() {
+        return Ok(());
+    }
+    let watch = t.refresh + t.refresh / 5;
+    tracing::info!(
+        "{} not refreshed for {} minutes by this host's clock: watching it for {} s",
+        describe(&old[0].1),
+        t.stale.as_secs() / 60,
+        watch.as_secs()
+    );
+    tokio::time::sleep(watch).await;
+    let mut seen: Vec<Id> = old.iter().map(|(id, _)| *id).collect();
+    seen.push(*mine);
+    let newer = others(repo, &seen).await?;
+    match newer.iter().find(|(_, l)| conflict(l)) {
+        Some((_, l)) => Err(denied(
+            l,
+            ", refreshed while watched (this host's clock is ahead of its)",
+        )),
+        None => Ok(()),
     }
 }
 
@@ -262,7 +424,7 @@ pub async fn unlock(repo: &Repo, remove_all: bool) -> Result<Unlocked> {
                 id,
                 exclusive: l.exclusive,
                 age: now().saturating_sub(l.time),
-                stale: stale(&l),
+                stale: stale(&l, TIMING.stale),
                 hostname: l.hostname,
                 pid: l.pid,
             },
@@ -284,5 +446,102 @@ fn gone(r: Result<()>) -> Result<()> {
     match r {
         Err(Error::NotFound(_)) => Ok(()),
         r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_store::memory::MemoryStore;
+    use ferry_transfer::{Class, Engine, EngineConfig};
+
+    /// The rules, in tenths of a second.
+    const FAST: Timing = Timing {
+        refresh: Duration::from_millis(400),
+        stale: Duration::from_secs(60),
+        give_up: Duration::from_millis(1500),
+        skew: 0,
+    };
+
+    async fn repo() -> (Arc<MemoryStore>, Arc<Repo>) {
+        let store = Arc::new(MemoryStore::new());
+        let s: Arc<dyn ferry_store::Store> = store.clone();
+        let remote = Engine::new(EngineConfig::default()).remote(s, Class::Bulk);
+        let repo = Repo::init(remote, "r", b"pw", crate::repo::FORMAT)
+            .await
+            .unwrap();
+        (store, Arc::new(repo))
+    }
+
+    async fn nothing() -> Result<()> {
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_holder_that_cannot_refresh_writes_no_index_or_snapshot_after_giving_up() {
+        let (store, repo) = repo().await;
+        let (lock, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), FAST)
+            .await
+            .unwrap();
+        repo.save_file(Kind::Snapshot, b"{}").await.unwrap();
+        store.refuse_puts(true);
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        store.refuse_puts(false);
+        let e = repo.save_file(Kind::Index, b"{}").await.unwrap_err();
+        assert!(e.to_string().contains("could not be refreshed"), "{e}");
+        // The store came back, and the lock is refreshed again: still lost, since another
+        // process may have acted on it in between.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(repo.save_file(Kind::Snapshot, b"{}").await.is_err());
+        lock.release().await.unwrap();
+        // Released, it no longer counts.
+        repo.save_file(Kind::Snapshot, b"{}").await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_live_lock_of_a_host_whose_clock_is_behind_is_not_taken_as_dead() {
+        let (_store, repo) = repo().await;
+        // A backup on a host an hour behind: every lock it writes looks an hour old. It
+        // refreshes four times in the time the prune watches (whatever the load on the host
+        // that runs this test, one lands inside it).
+        let behind = Timing {
+            skew: -3600,
+            refresh: FAST.refresh / 4,
+            ..FAST
+        };
+        let (backup, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), behind)
+            .await
+            .unwrap();
+        let prune = Lock::acquire_timed(repo.clone(), true, nothing(), FAST).await;
+        let e = prune.unwrap_err().to_string();
+        assert!(e.contains("refreshed while watched"), "{e}");
+        backup.release().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lock_nobody_refreshes_is_dead_once_watched() {
+        let (_store, repo) = repo().await;
+        let dead = LockInfo {
+            exclusive: false,
+            hostname: "another-host".into(),
+            pid: 1,
+            time: now() - 3600,
+        };
+        repo.save_file(Kind::Lock, &serde_json::to_vec(&dead).unwrap())
+            .await
+            .unwrap();
+        let (prune, ()) = Lock::acquire_timed(repo.clone(), true, nothing(), FAST)
+            .await
+            .unwrap();
+        prune.release().await.unwrap();
+        // A live lock conflicts at once, unwatched.
+        let (live, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), FAST)
+            .await
+            .unwrap();
+        let e = Lock::acquire_timed(repo.clone(), true, nothing(), FAST)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("is locked"), "{e}");
+        live.release().await.unwrap();
     }
 }

@@ -166,6 +166,8 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
 
     // New index, then the old one goes, then the packs.
     index::save_all(repo, keep).await?;
+    // The lock, lost meanwhile, would let a backup start and reuse what goes next.
+    repo.locks_held()?;
     for id in &old_index_files {
         repo.delete_file("index", id).await?;
     }

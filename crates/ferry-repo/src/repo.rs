@@ -1,6 +1,8 @@
 //! The repository on a store: the format marker, key files, and encrypted files (config,
 //! index, snapshots, locks) named by the BLAKE3 of their stored bytes.
 
+use std::sync::Arc;
+
 use ferry_transfer::{buffer, Error, NoProgress, Remote, Result};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -9,6 +11,7 @@ use crate::cache::Cache;
 use crate::crypto::{KeyFile, Kind, MasterKey};
 use crate::id::Id;
 use crate::index::{self, Index};
+use crate::lock::Health;
 
 /// The only plaintext object: says what the prefix holds.
 const MARKER: &str = "ferry-repo";
@@ -51,6 +54,9 @@ pub struct Repo {
     cache: Option<Cache>,
     /// Settings fixed at init.
     pub config: Config,
+    /// The locks this process holds on the repository: index and snapshot files are written
+    /// only while none of them is lost.
+    held: Arc<std::sync::Mutex<Vec<Arc<Health>>>>,
 }
 
 /// Kinds of files [`Repo::load_file`] keeps in the cache: those never rewritten under their
@@ -115,6 +121,7 @@ impl Repo {
             opened_with: None,
             cache: None,
             config,
+            held: Default::default(),
         };
         // Marker last: a half-made repository is not mistaken for one.
         repo.opened_with = Some(repo.add_key(password).await?);
@@ -194,6 +201,7 @@ impl Repo {
             opened_with: Some(opened_with),
             cache,
             config,
+            held: Default::default(),
         })
     }
 
@@ -418,9 +426,33 @@ impl Repo {
         self.remote.get_range(key, range).await
     }
 
+    /// Counts `lock` among the locks this process holds, until [`Repo::unhold`].
+    pub(crate) fn hold(&self, lock: Arc<Health>) {
+        self.held.lock().expect("held locks").push(lock);
+    }
+
+    /// Stops counting `lock`: released.
+    pub(crate) fn unhold(&self, lock: &Arc<Health>) {
+        self.held
+            .lock()
+            .expect("held locks")
+            .retain(|h| !Arc::ptr_eq(h, lock));
+    }
+
+    /// An error when a lock this process holds was lost: another process may have taken it
+    /// as dead and acted (a prune deleting what this one is about to name).
+    pub fn locks_held(&self) -> Result<()> {
+        let held = self.held.lock().expect("held locks").clone();
+        held.iter().try_for_each(|h| h.check())
+    }
+
     /// Stores `plain` as an encrypted, compressed file of `kind` (index, snapshots, locks),
-    /// under the directory the kind names.
+    /// under the directory the kind names. An index or snapshot file is written only while
+    /// every lock this process holds is (see [`crate::lock`]).
     pub async fn save_file(&self, kind: Kind, plain: &[u8]) -> Result<Id> {
+        if matches!(kind, Kind::Index | Kind::Snapshot) {
+            self.locks_held()?;
+        }
         let packed = zstd::bulk::compress(plain, 3).map_err(|e| Error::Permanent(e.to_string()))?;
         let sealed = self.key.seal(kind, &packed);
         let kind = kind.name();

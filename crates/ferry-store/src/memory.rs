@@ -107,6 +107,8 @@ pub struct MemoryStore {
     recording: Option<DigestKind>,
     /// Seen as a remote store (requests, not disk reads), its reads logged.
     remote: bool,
+    /// Whole-object writes are refused: a store this process lost while others reach it.
+    refusing: std::sync::atomic::AtomicBool,
     inner: Mutex<Inner>,
 }
 
@@ -142,6 +144,13 @@ impl MemoryStore {
             remote: true,
             ..self
         }
+    }
+
+    /// Refuses whole-object writes ([`Store::put`]) from now on, or takes them again: a
+    /// store this process lost while others still reach it.
+    pub fn refuse_puts(&self, refuse: bool) {
+        self.refusing
+            .store(refuse, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The reads asked so far of a [`MemoryStore::remote`] store, in order: `head KEY`,
@@ -226,6 +235,9 @@ impl Store for MemoryStore {
     }
 
     async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()> {
+        if self.refusing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::Denied(format!("memory:{key}: writes refused")));
+        }
         let k = clean(key)?;
         self.lock().insert(k, data, meta)
     }
