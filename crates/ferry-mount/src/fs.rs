@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +27,10 @@ pub(crate) struct RepoFs {
     pub(crate) index: Arc<Index>,
     pub(crate) rt: tokio::runtime::Handle,
     pub(crate) inodes: Mutex<Vec<Arc<Inode>>>,
+    /// Past this many inodes, directories not listed yet fail with ENOMEM.
+    pub(crate) max_inodes: usize,
+    /// The bound was said once.
+    pub(crate) warned: AtomicBool,
     pub(crate) blobs: Blobs,
 }
 
@@ -59,6 +64,17 @@ impl RepoFs {
                         tracing::warn!("tree {}: {e}", id.short());
                         Errno::EIO
                     })?;
+                let held = self.inodes.lock().expect("inodes").len();
+                if held + tree.nodes.len() > self.max_inodes {
+                    if !self.warned.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "more than {} entries visited: directories not listed yet are refused \
+                             (trees that share subtrees, or a mount browsed whole; remount to go on)",
+                            self.max_inodes
+                        );
+                    }
+                    return Err(Errno::ENOMEM);
+                }
                 let mut c = BTreeMap::new();
                 for n in tree.nodes {
                     if let Some(name) = entry_name(&n) {

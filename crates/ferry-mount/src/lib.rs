@@ -50,6 +50,8 @@ pub async fn mount(repo: Arc<Repo>, filter: &Filter, at: &Path) -> Result<Mounte
         index: Arc::new(index),
         rt: tokio::runtime::Handle::current(),
         inodes: Mutex::new(Vec::new()),
+        max_inodes: max_inodes(),
+        warned: Default::default(),
         blobs: Default::default(),
     };
     layout(&fs, &snaps);
@@ -69,6 +71,17 @@ pub async fn mount(repo: Arc<Repo>, filter: &Filter, at: &Path) -> Result<Mounte
             Error::Permanent(format!("mount: {e} (is /dev/fuse there, and fusermount?)"))
         })?;
     Ok(Mounted { _session: session })
+}
+
+/// The most inodes the table holds: as many entries as a restore's walk takes on
+/// (`FERRY_MOUNT_MAX_INODES` lowers it for tests). Each directory visited adds its entries,
+/// and a password holder can write trees that share subtrees at every level: a `find` over
+/// the mount would otherwise grow the table until memory ran out.
+fn max_inodes() -> usize {
+    std::env::var("FERRY_MOUNT_MAX_INODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(ferry_repo::limits::walk_entries) as usize
 }
 
 /// A snapshot's name under `snapshots/`: its UTC time to the second.

@@ -23,7 +23,7 @@ pub mod forget;
 pub mod id;
 pub mod index;
 mod kdf_memory;
-mod limits;
+pub mod limits;
 pub mod lock;
 pub mod pack;
 pub mod pattern;

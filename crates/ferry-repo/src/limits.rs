@@ -8,7 +8,7 @@ const ENTRY_MEMORY: u64 = 1024;
 /// half the free memory holds, at least a million. A password holder can write trees that
 /// share subtrees at every level, so that a few kilobytes of trees name 2^40 entries; a walk
 /// stops at this bound instead of taking all memory.
-pub(crate) fn walk_entries() -> u64 {
+pub fn walk_entries() -> u64 {
     let free_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {

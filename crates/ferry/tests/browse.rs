@@ -9,7 +9,6 @@ mod repokit;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
 
 use repokit::{scratch, set_mtime, stderr, Repo};
 use serde_json::json;
@@ -472,43 +471,9 @@ fn first_id(repo: &Repo) -> String {
 /// Writes a snapshot whose root is the backed-up directory's listing with a copy of its file
 /// `a.txt` named `name`: what a holder of the password can do through the library.
 fn forge(repo_dir: &Path, name: &str) {
-    use ferry_repo::archiver::{Archiver, Quiet};
-    use ferry_repo::blob::Trees;
-    use ferry_transfer::{Class, Engine, EngineConfig};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let key = repo_dir.to_str().unwrap().trim_start_matches('/');
-        let engine = Engine::new(EngineConfig::default());
-        let local = Arc::new(ferry_store::local::LocalStore::new("/"));
-        let store = engine.remote(local, Class::Bulk);
-        let repo = ferry_repo::Repo::open(store, key, b"correct horse", None)
-            .await
-            .unwrap();
-        let repo = Arc::new(repo);
-        let (index, _, _) = repo.load_index().await.unwrap();
-        let snaps = repo.snapshots().await.unwrap();
-        let mut tree = Trees::default()
-            .get(&repo, &index, &snaps[0].1.tree)
-            .await
-            .unwrap();
-        // Down the single-child directories to the backed-up directory's listing.
-        while tree.nodes.len() == 1 && tree.nodes[0].subtree.is_some() {
-            let sub = tree.nodes[0].subtree.unwrap();
-            tree = Trees::default().get(&repo, &index, &sub).await.unwrap();
-        }
-        let mut nodes = tree.nodes;
+    repokit::forge(repo_dir, |nodes| {
         let mut evil = nodes.iter().find(|n| n.name == "a.txt").unwrap().clone();
         evil.name = name.into();
         nodes.insert(0, evil);
-        let arch = Archiver::new(
-            repo.clone(),
-            Arc::new(index),
-            Trees::default(),
-            Arc::new(Quiet),
-        );
-        let root = arch.save_tree(nodes).await.unwrap();
-        arch.commit(root, vec!["/forged".into()], None, Vec::new(), None)
-            .await
-            .unwrap();
     });
 }

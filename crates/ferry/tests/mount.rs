@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use repokit::{scratch, Repo};
+use repokit::{forge_index, forge_levels, scratch, Repo};
 
 fn fuse_available() -> bool {
     if Path::new("/dev/fuse").exists() {
@@ -73,9 +73,14 @@ struct Mount {
 
 impl Mount {
     fn start(repo: &Repo, at: &Path) -> Mount {
+        Self::start_with(repo, at, &[])
+    }
+
+    /// [`Mount::start`] with `extra` variables.
+    fn start_with(repo: &Repo, at: &Path, extra: &[(&str, &str)]) -> Mount {
         std::fs::create_dir_all(at).unwrap();
         let child = repo
-            .cmd(&["mount", at.to_str().unwrap()], &[])
+            .cmd(&["mount", at.to_str().unwrap()], extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -187,5 +192,85 @@ fn snapshots_browse_read_only_and_ctrl_c_unmounts_minio() {
     }
     let dir = scratch("mount-s3");
     browse(&repo, &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Directories under `d`, depth first, until one cannot be listed: its error, and how many
+/// entries were seen before it (`None`: all of them, up to `most`).
+fn walk_until_refused(d: &Path, seen: &mut usize, most: usize) -> Option<std::io::Error> {
+    let entries = match std::fs::read_dir(d) {
+        Ok(e) => e,
+        Err(e) => return Some(e),
+    };
+    for e in entries {
+        let e = match e {
+            Ok(e) => e,
+            Err(e) => return Some(e),
+        };
+        *seen += 1;
+        if *seen >= most {
+            return None;
+        }
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            if let Some(err) = walk_until_refused(&e.path(), seen, most) {
+                return Some(err);
+            }
+        }
+    }
+    None
+}
+
+/// A password holder's snapshot: trees that share their subtree at every level (2^24
+/// copies), and an index that lies about a blob's length. Browsing it costs errors for the
+/// calls that meet them (ENOMEM past the inode bound, EIO for the lying blob), never the
+/// mount: it goes on answering what it holds.
+#[test]
+fn a_hostile_snapshot_costs_errors_not_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = scratch("mount-hostile");
+    let repo = Repo::local(&dir);
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("small"), b"small").unwrap();
+    std::fs::write(src.join("d/big"), ferry_testkit::random_bytes(3 << 20, 5)).unwrap();
+    repo.ok(&["init"]);
+    let first = repo.ok(&["--json", "backup", src.to_str().unwrap()]);
+    let id = first["snapshot"].as_str().unwrap()[..8].to_string();
+    forge_levels(Path::new(&repo.url), 24, |_| {});
+    forge_index(Path::new(&repo.url), |packs| {
+        for (_, entries) in packs.iter_mut() {
+            for e in entries.iter_mut().filter(|e| e.plain_len > 1000) {
+                e.plain_len += 1;
+            }
+        }
+    });
+    let at = dir.join("mnt");
+    let m = Mount::start_with(&repo, &at, &[("FERRY_MOUNT_MAX_INODES", "3000")]);
+    let files = at
+        .join("ids")
+        .join(&id)
+        .join(src.strip_prefix("/").unwrap());
+    let big = std::fs::read(files.join("d/big")).unwrap_err();
+    assert_eq!(big.raw_os_error(), Some(libc::EIO), "{big}");
+    assert_eq!(std::fs::read(files.join("small")).unwrap(), b"small");
+
+    let mut seen = 0;
+    let refused = walk_until_refused(&at.join("snapshots/latest"), &mut seen, 1 << 20)
+        .expect("2^24 entries were all listed");
+    assert_eq!(
+        refused.raw_os_error(),
+        Some(libc::ENOMEM),
+        "{refused} after {seen}"
+    );
+    assert!(
+        seen < 3000,
+        "{seen} entries listed past a bound of 3000 inodes"
+    );
+    // What it holds, it still serves.
+    assert_eq!(std::fs::read(files.join("small")).unwrap(), b"small");
+    assert!(std::fs::read_dir(&at).unwrap().count() == 4);
+    m.stop();
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -9,14 +9,8 @@ mod repokit;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use ferry_repo::archiver::{Archiver, Quiet};
-use ferry_repo::blob::Trees;
-use ferry_repo::Repo as Repository;
-use ferry_store::local::LocalStore;
-use ferry_transfer::{Class, Engine, EngineConfig};
-use repokit::{assert_same_tree, scratch, stderr, Repo};
+use repokit::{assert_same_tree, forge, forge_levels, scratch, stderr, Repo};
 
 /// Root, which these attacks need (a restore that sets owners, a reader of another uid).
 /// Under CI a missing root is a failure, elsewhere a loud skip.
@@ -237,59 +231,6 @@ fn hostile_names_are_refused_and_the_rest_restored() {
 
 fn hex_of(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Writes a new snapshot whose root tree is the latest one's after `edit`: what a holder of
-/// the password can do, through the library as any other program would.
-fn forge(repo_dir: &Path, edit: impl FnOnce(&mut Vec<ferry_repo::tree::Node>)) {
-    forge_levels(repo_dir, 0, edit);
-}
-
-/// [`forge`], then `levels` times a tree of two directories `a` and `b` that both hold the
-/// tree before: 2^levels copies of the edited listing from a few kilobytes of trees.
-fn forge_levels(repo_dir: &Path, levels: u32, edit: impl FnOnce(&mut Vec<ferry_repo::tree::Node>)) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let key = repo_dir.to_str().unwrap().trim_start_matches('/');
-        let engine = Engine::new(EngineConfig::default());
-        let store = engine.remote(Arc::new(LocalStore::new("/")), Class::Bulk);
-        let repo = Arc::new(
-            Repository::open(store, key, b"correct horse", None)
-                .await
-                .unwrap(),
-        );
-        let (index, _, _) = repo.load_index().await.unwrap();
-        let index = Arc::new(index);
-        let snaps = repo.snapshots().await.unwrap();
-        let root = Trees::default()
-            .get(&repo, &index, &snaps.last().unwrap().1.tree)
-            .await
-            .unwrap();
-        // Down the single-child directories to the backed-up directory's listing.
-        let mut tree = root;
-        while tree.nodes.len() == 1 && tree.nodes[0].subtree.is_some() {
-            let sub = tree.nodes[0].subtree.unwrap();
-            tree = Trees::default().get(&repo, &index, &sub).await.unwrap();
-        }
-        let mut nodes = tree.nodes;
-        edit(&mut nodes);
-        let dir = nodes.iter().find(|n| n.subtree.is_some()).cloned();
-        let arch = Archiver::new(repo.clone(), index, Trees::default(), Arc::new(Quiet));
-        let mut root = arch.save_tree(nodes).await.unwrap();
-        for _ in 0..levels {
-            let twice = ["a", "b"]
-                .map(|name| ferry_repo::tree::Node {
-                    name: name.into(),
-                    subtree: Some(root),
-                    ..dir.clone().expect("a directory to copy")
-                })
-                .to_vec();
-            root = arch.save_tree(twice).await.unwrap();
-        }
-        arch.commit(root, vec!["/forged".into()], None, Vec::new(), None)
-            .await
-            .unwrap();
-    });
 }
 
 /// A local user polls every file under the target while a root restore runs: a 0600 file,

@@ -277,3 +277,93 @@ pub fn small_files(root: &Path, n: usize) {
         std::fs::write(root.join(format!("d{:02}/f{i}", i % 100)), body).unwrap();
     }
 }
+
+/// The repository at `repo_dir` opened through the library, as any other program holding the
+/// password would, on a runtime of its own.
+fn with_repo<T>(
+    repo_dir: &Path, work: impl AsyncFnOnce(std::sync::Arc<ferry_repo::Repo>) -> T,
+) -> T {
+    use ferry_transfer::{Class, Engine, EngineConfig};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let key = repo_dir.to_str().unwrap().trim_start_matches('/');
+        let engine = Engine::new(EngineConfig::default());
+        let local = std::sync::Arc::new(ferry_store::local::LocalStore::new("/"));
+        let store = engine.remote(local, Class::Bulk);
+        let repo = ferry_repo::Repo::open(store, key, b"correct horse", None)
+            .await
+            .unwrap();
+        work(std::sync::Arc::new(repo)).await
+    })
+}
+
+/// Writes a new snapshot whose root tree is the first snapshot's backed-up directory listing
+/// after `edit`: what a holder of the password can do.
+pub fn forge(repo_dir: &Path, edit: impl FnOnce(&mut Vec<ferry_repo::tree::Node>)) {
+    forge_levels(repo_dir, 0, edit);
+}
+
+/// [`forge`], then `levels` times a tree of two directories `a` and `b` that both hold the
+/// tree before: 2^levels copies of the edited listing from a few kilobytes of trees.
+pub fn forge_levels(
+    repo_dir: &Path, levels: u32, edit: impl FnOnce(&mut Vec<ferry_repo::tree::Node>),
+) {
+    use ferry_repo::archiver::{Archiver, Quiet};
+    use ferry_repo::blob::Trees;
+    with_repo(repo_dir, async |repo| {
+        let (index, _, _) = repo.load_index().await.unwrap();
+        let index = std::sync::Arc::new(index);
+        let snaps = repo.snapshots().await.unwrap();
+        let mut tree = Trees::default()
+            .get(&repo, &index, &snaps[0].1.tree)
+            .await
+            .unwrap();
+        // Down the single-child directories to the backed-up directory's listing.
+        while tree.nodes.len() == 1 && tree.nodes[0].subtree.is_some() {
+            let sub = tree.nodes[0].subtree.unwrap();
+            tree = Trees::default().get(&repo, &index, &sub).await.unwrap();
+        }
+        let mut nodes = tree.nodes;
+        edit(&mut nodes);
+        let dir = nodes.iter().find(|n| n.subtree.is_some()).cloned();
+        let arch = Archiver::new(
+            repo.clone(),
+            index,
+            Trees::default(),
+            std::sync::Arc::new(Quiet),
+        );
+        let mut root = arch.save_tree(nodes).await.unwrap();
+        for _ in 0..levels {
+            let twice = ["a", "b"]
+                .map(|name| ferry_repo::tree::Node {
+                    name: name.into(),
+                    subtree: Some(root),
+                    ..dir.clone().expect("a directory to copy")
+                })
+                .to_vec();
+            root = arch.save_tree(twice).await.unwrap();
+        }
+        arch.commit(root, vec!["/forged".into()], None, Vec::new(), None)
+            .await
+            .unwrap();
+    })
+}
+
+/// Rewrites the whole index as `edit` leaves it, in one new index file, the old ones
+/// removed: what a holder of the password can do.
+pub fn forge_index(
+    repo_dir: &Path, edit: impl FnOnce(&mut Vec<(ferry_repo::Id, Vec<ferry_repo::pack::Entry>)>),
+) {
+    use ferry_repo::crypto::Kind;
+    with_repo(repo_dir, async |repo| {
+        let (index, old, _) = repo.load_index().await.unwrap();
+        let mut packs = index.by_pack();
+        edit(&mut packs);
+        repo.save_file(Kind::Index, &ferry_repo::index::encode(&packs))
+            .await
+            .unwrap();
+        for id in old {
+            repo.delete_file("index", &id).await.unwrap();
+        }
+    })
+}
