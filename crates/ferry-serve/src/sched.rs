@@ -65,6 +65,10 @@ pub struct Limits {
     pub max_body: String,
     /// Connections open at once; past it, new ones are closed at once.
     pub connections: usize,
+    /// Urgent requests (WAL) one tenant may have running or waiting at once; a quarter of
+    /// `slots` when unset. Urgency comes from the request's path, which the tenant chooses:
+    /// past it, its requests take their turn as backups.
+    pub urgent_per_tenant: Option<usize>,
     /// Connections one client address may hold open; half of `connections` when unset.
     /// Behind a load balancer every connection comes from its address: set it to
     /// `connections` there.
@@ -86,6 +90,7 @@ impl Default for Limits {
             // restic's largest packs (--pack-size 128) run past 128 MiB by up to a blob.
             max_body: "160MiB".into(),
             connections: 4096,
+            urgent_per_tenant: None,
             per_address: None,
             retry_after: 1,
             upload_idle: 6 * 3600,
@@ -113,6 +118,8 @@ pub struct Scheduler {
     /// transfer engine holds bulk back while urgent writes run late.)
     bulk_max: usize,
     queue: usize,
+    /// See [`Limits::urgent_per_tenant`].
+    urgent_per_tenant: usize,
     retry_after: u64,
     state: Mutex<State>,
 }
@@ -123,6 +130,8 @@ struct State {
     /// Slots held by the classes below urgent.
     bulk: usize,
     classes: [Ring; 4],
+    /// Urgent requests of each tenant, running or waiting.
+    urgent_of: HashMap<Arc<str>, usize>,
 }
 
 /// One class's waiters: tenants in turn, each tenant's requests in arrival order.
@@ -138,12 +147,23 @@ struct Ring {
 #[derive(Debug)]
 pub struct Permit {
     sched: Arc<Scheduler>,
-    urgent: bool,
+    /// The tenant whose urgent request this is; `None`: not urgent (or demoted).
+    urgent: Option<Arc<str>>,
+}
+
+impl Permit {
+    /// Whether it runs as urgent work: a WAL request within its tenant's bound.
+    pub fn is_urgent(&self) -> bool {
+        self.urgent.is_some()
+    }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.sched.release(self.urgent);
+        self.sched.release(self.urgent.is_some());
+        if let Some(t) = &self.urgent {
+            self.sched.uncount(t);
+        }
     }
 }
 
@@ -152,7 +172,7 @@ impl Drop for Permit {
 struct Waiting {
     rx: Option<oneshot::Receiver<()>>,
     sched: Arc<Scheduler>,
-    urgent: bool,
+    urgent: Option<Arc<str>>,
 }
 
 impl Drop for Waiting {
@@ -160,8 +180,11 @@ impl Drop for Waiting {
         if let Some(mut rx) = self.rx.take() {
             rx.close();
             if rx.try_recv().is_ok() {
-                self.sched.release(self.urgent);
+                self.sched.release(self.urgent.is_some());
             }
+        }
+        if let Some(t) = self.urgent.take() {
+            self.sched.uncount(&t);
         }
     }
 }
@@ -177,33 +200,43 @@ impl Scheduler {
             // until one of them ends (seconds over a WAN).
             bulk_max: slots - (slots / 8).max(1).min(slots - 1),
             queue: limits.queue.max(1),
+            urgent_per_tenant: limits.urgent_per_tenant.unwrap_or(slots / 4).max(1),
             retry_after: limits.retry_after.max(1),
             state: Mutex::new(State {
                 running: 0,
                 bulk: 0,
                 classes: Default::default(),
+                urgent_of: HashMap::new(),
             }),
         })
     }
 
     /// Waits for a slot for `tenant`'s request of `class`, or says at once that its queue is
-    /// full.
+    /// full. An urgent request past its tenant's bound waits as a backup.
     pub async fn admit(self: &Arc<Self>, tenant: &str, class: Class) -> Result<Permit, Busy> {
-        let urgent = class == Class::Urgent;
-        let rx = {
+        let tenant: Arc<str> = Arc::from(tenant);
+        let (rx, urgent) = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let held = st.urgent_of.get(&tenant).copied().unwrap_or(0);
+            let class = match class == Class::Urgent && held >= self.urgent_per_tenant {
+                true => Class::Backup,
+                false => class,
+            };
+            let urgent = class == Class::Urgent;
             // Waiters exist only while every slot the class may use runs: a free one is taken
             // at once.
             if st.running < self.slots && (urgent || st.bulk < self.bulk_max) {
                 st.running += 1;
                 st.bulk += usize::from(!urgent);
+                if urgent {
+                    *st.urgent_of.entry(tenant.clone()).or_default() += 1;
+                }
                 return Ok(Permit {
                     sched: self.clone(),
-                    urgent,
+                    urgent: urgent.then_some(tenant),
                 });
             }
             let ring = &mut st.classes[class as usize];
-            let tenant: Arc<str> = Arc::from(tenant);
             let q = ring.waiting.entry(tenant.clone()).or_default();
             q.retain(|tx| !tx.is_closed());
             if q.len() >= self.queue {
@@ -213,26 +246,40 @@ impl Scheduler {
             q.push_back(tx);
             // A tenant is in the turn order once, however its queue came and went.
             if !ring.turn.contains(&tenant) {
-                ring.turn.push_back(tenant);
+                ring.turn.push_back(tenant.clone());
             }
             if ring.since.is_none() {
                 ring.since = Some(Instant::now());
             }
-            rx
+            if urgent {
+                *st.urgent_of.entry(tenant.clone()).or_default() += 1;
+            }
+            (rx, urgent)
         };
         let mut w = Waiting {
             rx: Some(rx),
             sched: self.clone(),
-            urgent,
+            urgent: urgent.then_some(tenant),
         };
         let got = w.rx.as_mut().expect("set above").await;
         w.rx = None;
         match got {
             Ok(()) => Ok(Permit {
                 sched: self.clone(),
-                urgent,
+                urgent: w.urgent.take(),
             }),
             Err(_) => Err(self.busy()),
+        }
+    }
+
+    /// One urgent request of `tenant` fewer.
+    fn uncount(&self, tenant: &Arc<str>) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = st.urgent_of.get_mut(tenant) {
+            *n -= 1;
+            if *n == 0 {
+                st.urgent_of.remove(tenant);
+            }
         }
     }
 
@@ -395,6 +442,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_tenant_past_its_urgent_bound_waits_as_a_backup() {
+        let s = Scheduler::new(&Limits {
+            urgent_per_tenant: Some(2),
+            ..limits(8, 100)
+        });
+        let a1 = s.admit("a", Class::Urgent).await.unwrap();
+        let a2 = s.admit("a", Class::Urgent).await.unwrap();
+        let a3 = s.admit("a", Class::Urgent).await.unwrap();
+        assert!(a1.is_urgent() && a2.is_urgent());
+        assert!(
+            !a3.is_urgent(),
+            "a third urgent request of one tenant ran as urgent"
+        );
+        assert!(s.admit("b", Class::Urgent).await.unwrap().is_urgent());
+        // Its urgent requests done, the tenant's next one is urgent again.
+        drop((a1, a3));
+        assert!(s.admit("a", Class::Urgent).await.unwrap().is_urgent());
+        drop(a2);
+        assert!(s.state.lock().unwrap().urgent_of.is_empty());
+    }
+
+    #[tokio::test]
     async fn urgent_work_finds_a_slot_that_bulk_work_cannot_take() {
         let s = Scheduler::new(&limits(8, 100));
         let mut held = Vec::new();
@@ -452,6 +521,7 @@ mod tests {
             running: 0,
             bulk: 0,
             classes: Default::default(),
+            urgent_of: HashMap::new(),
         };
         let mut rng = rand::rng();
         let mut rxs = Vec::new();
