@@ -110,8 +110,14 @@ impl WalAccess {
             Ok(_) if self.sealed_only || self.is_repository().await? => {
                 Err(downgraded(&format!("{}/wal/{}", plain.url(), name.key())))
             }
-            // Plaintext, or a damaged header the fetch itself reports.
-            Ok(_) | Err(Error::Checksum(_)) => Ok(plain),
+            Ok(_) => Ok(plain),
+            // A damaged header: the fetch reads the object again and reports it, with the key
+            // where one exists, so that a plaintext object put back in between (a store
+            // writer alternating the two) is refused, not handed over unauthenticated.
+            Err(Error::Checksum(_)) if self.sealed_only || self.is_repository().await? => {
+                self.keyed(ask).await
+            }
+            Err(Error::Checksum(_)) => Ok(plain),
             Err(e) => Err(e),
         }
     }

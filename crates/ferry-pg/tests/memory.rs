@@ -767,3 +767,22 @@ async fn a_deleted_marker_does_not_turn_a_sealed_archive_plaintext() {
     let e = sealed.keyed(|| Ok(b"pw".to_vec())).await.err().unwrap();
     assert!(e.to_string().contains("marker is missing"), "{e}");
 }
+
+/// The attacker who can write the store alternates a segment's object between junk and a
+/// plaintext envelope, so that the header read sees junk and the fetch sees plaintext: the
+/// damaged header decides nothing, the fetch is keyed and the plaintext refused.
+#[tokio::test]
+async fn a_damaged_header_does_not_let_plaintext_through() {
+    let (store, remote, _, b) = sealed_archive().await;
+    store
+        .put(&wal_key(&b), b"junk, not a header".to_vec().into(), &Default::default())
+        .await
+        .unwrap();
+    let access = WalAccess::new(remote.clone(), ROOT, 0);
+    let archive = access.for_fetch(&b, || Ok(b"pw".to_vec())).await.unwrap();
+    // Between the header's read and the fetch, plaintext WAL replaces the junk.
+    let plain = Archive::with_key(remote, ROOT, 0, None);
+    plain.push(&b, segment(&b)).await.unwrap();
+    let e = archive.fetch(&b).await.unwrap_err();
+    assert!(e.to_string().contains("unencrypted"), "{e}");
+}
