@@ -775,7 +775,11 @@ async fn a_deleted_marker_does_not_turn_a_sealed_archive_plaintext() {
 async fn a_damaged_header_does_not_let_plaintext_through() {
     let (store, remote, _, b) = sealed_archive().await;
     store
-        .put(&wal_key(&b), b"junk, not a header".to_vec().into(), &Default::default())
+        .put(
+            &wal_key(&b),
+            b"junk, not a header".to_vec().into(),
+            &Default::default(),
+        )
         .await
         .unwrap();
     let access = WalAccess::new(remote.clone(), ROOT, 0);

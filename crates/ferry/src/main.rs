@@ -134,6 +134,10 @@ fn main() -> ExitCode {
                     eprintln!("ferry: error: {msg}");
                     ExitCode::from(3)
                 }
+                Some(cmd::Exit::Abort(_)) => {
+                    eprintln!("ferry: error: {msg}");
+                    ExitCode::from(255)
+                }
                 None => {
                     eprintln!("ferry: error: {msg}");
                     ExitCode::FAILURE

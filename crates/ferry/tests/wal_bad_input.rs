@@ -129,7 +129,19 @@ fn bad_wal_input_is_refused() {
         &[("FERRY_WAL_PREFETCH", "0")],
     );
     fails_with(&out, "corrupt");
+    // Fatal to a recovery (above 125), not "not in the archive", which would end it here.
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
     assert!(!dest.exists(), "a corrupted segment was handed over");
+    // A standby asks again later, and never promotes on its own: there, status 1.
+    let standby = a.pg.dir().join("standby.signal");
+    std::fs::write(&standby, b"").unwrap();
+    let out = a.ferry(
+        &["wal-fetch", &seg, dest.to_str().unwrap()],
+        &[("FERRY_WAL_PREFETCH", "0")],
+    );
+    std::fs::remove_file(&standby).unwrap();
+    fails_with(&out, "corrupt");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(
         files_under(&scratch),
         1,
@@ -163,6 +175,7 @@ fn bad_wal_input_is_refused() {
         &[("FERRY_WAL_PREFETCH", "0")],
     );
     fails_with(&out, "is not in archive");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
 }
 
 /// A `pg_wal` with one segment PostgreSQL has queued, owned by the cluster's user.

@@ -26,12 +26,17 @@ pub enum Exit {
     /// archive's end) that the archive lacks: exit 1, said without "error", since every
     /// recovery logs a few.
     Miss(String),
+    /// A WAL file PostgreSQL needs that could not be fetched for another reason (the store
+    /// unreachable, the object damaged or forged), outside a standby: exit 255, which
+    /// PostgreSQL takes as fatal. Any status up to 125 reads as "not in the archive", and a
+    /// recovery to the archive's end would then end early, here, and promote.
+    Abort(String),
 }
 
 impl std::fmt::Display for Exit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Exit::Incomplete(m) | Exit::Miss(m) => f.write_str(m),
+            Exit::Incomplete(m) | Exit::Miss(m) | Exit::Abort(m) => f.write_str(m),
         }
     }
 }

@@ -86,9 +86,30 @@ fn report(out: &Output, path: &Path, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// `wal-fetch`: a miss exits 1 (the archive's end, to PostgreSQL); any other failure stops a
+/// recovery (exit 255) unless the cluster is a standby, which asks again in 5 s and never
+/// promotes on its own. A store that cannot be reached, or a damaged or forged object,
+/// would otherwise end a recovery early, in silence, with every later transaction lost.
 pub async fn fetch_cmd(args: &WalFetchArgs, ctx: &mut Ctx) -> Result<()> {
-    let (g, stores, out) = ctx.parts();
     let dir = pgdata()?;
+    match fetch(args, ctx, &dir).await {
+        Err(e)
+            if e.downcast_ref::<super::Exit>().is_none()
+                && !dir.join("standby.signal").exists() =>
+        {
+            Err(super::Exit::Abort(format!(
+                "{e:#} (recovery stops here rather than end early without it: fix this and \
+                 start the server again)"
+            ))
+            .into())
+        }
+        r => r,
+    }
+}
+
+async fn fetch(args: &WalFetchArgs, ctx: &mut Ctx, dir: &Path) -> Result<()> {
+    let (g, stores, out) = ctx.parts();
+    let dir = dir.to_path_buf();
     let wal = stores.settings().wal(&args.wal, &dir)?;
     let name = WalName::parse(&args.name)?;
     if wal.async_ && wal.prefetch > 0 {
