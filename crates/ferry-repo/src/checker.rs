@@ -14,7 +14,7 @@ use crate::blob::open_blob;
 use crate::crypto::{Kind, OVERHEAD};
 use crate::id::Id;
 use crate::index::Index;
-use crate::pack::{read_header, ENTRY_LEN};
+use crate::pack::{read_header, BlobKind, ENTRY_LEN};
 use crate::repo::{Repo, READ_AHEAD};
 use crate::snapshot::Snapshot;
 
@@ -66,11 +66,16 @@ pub async fn used_blobs(
         .await
         .unwrap_or_default();
     let cache = &cache;
+    // Blobs used, and apart from them the trees walked: a forged file whose content names a
+    // tree's id would otherwise mark that tree used before any directory reached it, so that
+    // it was never walked and everything only below it looked unused to prune.
     let mut used = HashSet::new();
+    let mut walked = HashSet::new();
     let mut problems = Vec::new();
     let mut level: Vec<(Id, PathBuf, Id)> = Vec::new();
     for (sid, s) in snaps {
-        if used.insert(s.tree) {
+        used.insert(s.tree);
+        if walked.insert(s.tree) {
             level.push((*sid, PathBuf::from("/"), s.tree));
         }
     }
@@ -109,18 +114,30 @@ pub async fn used_blobs(
                         path.join("?")
                     }
                 };
+                let at = |w: String| format!("snapshot {}: {}: {w}", sid.short(), child.display());
                 for c in &n.content {
-                    if used.insert(*c) && !index.has(c) {
-                        problems.push(format!(
-                            "snapshot {}: {}: blob {} is in no index",
-                            sid.short(),
-                            child.display(),
+                    if !used.insert(*c) {
+                        continue;
+                    }
+                    match index.get(c) {
+                        None => problems.push(at(format!("blob {} is in no index", c.short()))),
+                        Some(l) if l.kind != BlobKind::Data => problems.push(at(format!(
+                            "blob {} is a directory listing, not file content",
                             c.short()
-                        ));
+                        ))),
+                        Some(_) => {}
                     }
                 }
                 if let Some(sub) = n.subtree {
-                    if used.insert(sub) {
+                    used.insert(sub);
+                    if walked.insert(sub) {
+                        // One that is in no index is reported when it cannot be read.
+                        if index.get(&sub).is_some_and(|l| l.kind != BlobKind::Tree) {
+                            problems.push(at(format!(
+                                "directory listing {} is file content",
+                                sub.short()
+                            )));
+                        }
                         next.push((sid, child, sub));
                     }
                 }

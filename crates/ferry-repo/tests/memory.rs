@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_repo::archiver::{Outcome, Quiet};
+use ferry_repo::archiver::{Archiver, Outcome, Quiet};
 use ferry_repo::backup::Backup;
 use ferry_repo::exclude::Exclude;
 use ferry_repo::pack::BlobKind;
@@ -725,4 +725,53 @@ async fn entries_swapped_after_the_listing_are_left_out() {
     for gone in ["f", "g"] {
         assert!(!d.join(gone).exists(), "{gone} was stored");
     }
+}
+
+/// A password holder (an append-only client, say) plants a snapshot whose file names an
+/// honest directory listing as its content. That listing was taken as used before any
+/// directory reached it, never walked, and what only it held looked unused: prune deleted
+/// it. Now trees are walked whatever files name, and check names the forgery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_naming_a_directory_listing_hides_nothing_from_prune() {
+    use ferry_repo::blob::Trees;
+    let (_store, repo) = new_repo().await;
+    let (_scratch, src) = scratch_with_src();
+    std::fs::create_dir_all(src.join("a/b")).unwrap();
+    let only = random_bytes(300_000, 41);
+    std::fs::write(src.join("a/b/only-here"), &only).unwrap();
+    let honest = backup(&repo, &src).await;
+    let listing = listing_id(&repo, &honest.id, &src.join("a/b")).await;
+    let (index, _) = repo.index().await.unwrap();
+    let index = Arc::new(index);
+    let nodes = Trees::default()
+        .get(&repo, &index, &listing)
+        .await
+        .unwrap()
+        .nodes;
+    let mut forged = nodes[0].clone();
+    forged.content = vec![listing];
+    let arch = Archiver::new(repo.clone(), index, Trees::default(), Arc::new(Quiet));
+    let root = arch.save_tree(vec![forged]).await.unwrap();
+    arch.commit(root, vec!["/forged".into()], None, Vec::new(), None)
+        .await
+        .unwrap();
+
+    let report = checker::check(&repo, false).await.unwrap();
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.contains("is a directory listing")),
+        "{:?}",
+        report.errors
+    );
+    // Prune refuses the damaged repository or keeps what the honest snapshot uses; either
+    // way the honest snapshot restores whole.
+    let _ = prune::prune(repo.clone(), false).await;
+    let (_t, target) = scratch_with_src();
+    restore_all(&repo, &honest.snapshot, &target).await.unwrap();
+    assert_eq!(
+        std::fs::read(restored(&target, &src).join("a/b/only-here")).unwrap(),
+        only
+    );
 }
