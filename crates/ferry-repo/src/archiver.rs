@@ -623,7 +623,8 @@ impl Archiver {
                 }
                 NodeKind::Dir => {
                     let old_tree = me.old_tree(old.and_then(|o| o.subtree)).await;
-                    match me.save_dir(path.clone(), old_tree).await {
+                    let listed_as = (node.dev, node.inode);
+                    match me.save_dir(path.clone(), old_tree, Some(listed_as)).await {
                         Ok(id) => node.subtree = Some(id),
                         Err(Error::NotFound(_)) if me.vanished(&std::io::ErrorKind::NotFound) => {
                             return None;
@@ -697,8 +698,10 @@ impl Archiver {
     }
 
     /// Backs up a directory's entries; returns its tree's id.
+    /// Saves the directory at `path`; `listed_as` is its device and inode in its parent's
+    /// listing, which the directory read must be (None for a source given by path).
     fn save_dir(
-        self: &Arc<Self>, path: PathBuf, old: Option<(Id, Tree)>,
+        self: &Arc<Self>, path: PathBuf, old: Option<(Id, Tree)>, listed_as: Option<(u64, u64)>,
     ) -> BoxFuture<'static, Result<Id>> {
         let me = self.clone();
         async move {
@@ -714,7 +717,13 @@ impl Archiver {
                 }
             }
             .map_err(|e| Error::io(path.display(), e))?;
-            let entries = me.pick(&path, entries);
+            if listed_as.is_some_and(|id| id != entries.id) {
+                return Err(Error::Permanent(format!(
+                    "{}: changed while the backup ran: not the directory it listed; left out",
+                    path.display()
+                )));
+            }
+            let entries = me.pick(&path, entries.entries);
             me.state.lock().expect("state").summary.dirs += 1;
             let (old_id, old_nodes) = match old {
                 Some((id, t)) => (Some(id), t.nodes),
@@ -885,7 +894,7 @@ impl Archiver {
             None => None,
         };
         fs::metadata(dir).map_err(|e| Error::io(dir.display(), e))?;
-        self.save_dir(dir.to_path_buf(), old).await
+        self.save_dir(dir.to_path_buf(), old, None).await
     }
 
     /// Backs up a stream as one file called `name`.

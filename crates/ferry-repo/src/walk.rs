@@ -122,13 +122,31 @@ pub(crate) fn node_of(
     Ok(n)
 }
 
+/// A directory's entries, and which directory they are of.
+pub(crate) struct Listed {
+    /// Its device and inode, from the open directory: what was listed, whatever the path
+    /// names by now.
+    pub(crate) id: (u64, u64),
+    pub(crate) entries: Entries,
+}
+
 /// Lists `dir` and reads every entry's metadata, relative to the open directory (fstatat),
 /// not by a path the kernel walks again from the root. The policy is applied by the caller,
-/// which needs the metadata to decide and counts what it leaves out.
-pub(crate) fn entries(dir: &Path) -> std::io::Result<Entries> {
-    let mut found: Vec<fs::DirEntry> = fs::read_dir(dir)?.collect::<std::io::Result<_>>()?;
+/// which needs the metadata to decide and counts what it leaves out. The directory is opened
+/// once and listed through that descriptor: a caller compares [`Listed::id`] with what the
+/// parent's listing said, so that a directory swapped for a link since (to `/root`, by whoever
+/// owns the parent) is never read as if it were the one listed.
+pub(crate) fn entries(dir: &Path) -> std::io::Result<Listed> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(dir)?;
+    let m = open.metadata()?;
+    let by_fd = Path::new("/proc/self/fd").join(std::os::fd::AsRawFd::as_raw_fd(&open).to_string());
+    let mut found: Vec<fs::DirEntry> = fs::read_dir(&by_fd)?.collect::<std::io::Result<_>>()?;
     found.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
-    Ok(found
+    let entries = found
         .into_iter()
         .map(|e| {
             let (name, path) = (e.file_name(), e.path());
@@ -141,7 +159,12 @@ pub(crate) fn entries(dir: &Path) -> std::io::Result<Entries> {
             });
             (name, node)
         })
-        .collect())
+        .collect();
+    drop(open);
+    Ok(Listed {
+        id: (m.dev(), m.ino()),
+        entries,
+    })
 }
 
 /// Directories listed ahead of a backup, depth-first in the order the archiver visits them,
@@ -150,7 +173,7 @@ pub struct ReadAhead {
     /// Nanoseconds since the epoch when the first directory was listed: the snapshot's start.
     started: i64,
     stop: AtomicBool,
-    listed: Mutex<HashMap<PathBuf, std::io::Result<Entries>>>,
+    listed: Mutex<HashMap<PathBuf, std::io::Result<Listed>>>,
 }
 
 impl ReadAhead {
@@ -174,9 +197,9 @@ impl ReadAhead {
                 }
                 let listed = entries(&dir);
                 if let Ok(found) = &listed {
-                    held += found.len();
+                    held += found.entries.len();
                     // Only into what the backup takes: an excluded tree is never read.
-                    let subdirs = found.iter().rev().filter_map(|(name, n)| {
+                    let subdirs = found.entries.iter().rev().filter_map(|(name, n)| {
                         let (n, path) = (n.as_ref().ok()?, dir.join(name));
                         let take = n.kind == NodeKind::Dir && policy.pick(&path, n) == Pick::Take;
                         take.then_some(path)
@@ -195,7 +218,7 @@ impl ReadAhead {
     }
 
     /// The listing of `dir`, if read ahead; each is handed out once.
-    pub(crate) fn take(&self, dir: &Path) -> Option<std::io::Result<Entries>> {
+    pub(crate) fn take(&self, dir: &Path) -> Option<std::io::Result<Listed>> {
         self.listed.lock().expect("listed").remove(dir)
     }
 
@@ -274,7 +297,7 @@ impl Scan {
             let Ok(found) = entries(&path) else {
                 continue;
             };
-            for (name, n) in found.into_iter().rev() {
+            for (name, n) in found.entries.into_iter().rev() {
                 let (Ok(n), child) = (n, path.join(&name)) else {
                     continue;
                 };

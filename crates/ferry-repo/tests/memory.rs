@@ -662,6 +662,11 @@ impl ferry_repo::policy::Policy for Swapper {
             std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o4755)).unwrap();
             std::fs::rename(&other, path).unwrap();
         }
+        if rel == Path::new("e") {
+            // A directory swapped for a link to one its owner could never read.
+            std::fs::rename(path, self.root.join("e-was")).unwrap();
+            std::os::unix::fs::symlink(self.root.join("../secret"), path).unwrap();
+        }
         if rel == Path::new("d/g") {
             std::fs::remove_file(path).unwrap();
             let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
@@ -680,6 +685,9 @@ async fn entries_swapped_after_the_listing_are_left_out() {
     std::fs::write(root.join("d/f"), b"MINE").unwrap();
     std::fs::write(root.join("d/g"), b"a file, then a FIFO").unwrap();
     std::fs::write(root.join("d/h"), b"left alone").unwrap();
+    std::fs::create_dir_all(root.join("e")).unwrap();
+    std::fs::create_dir_all(scratch.0.join("secret")).unwrap();
+    std::fs::write(scratch.0.join("secret/key"), b"ROOT ONLY").unwrap();
     let (_store, repo) = new_repo().await;
     let (index, trees) = ferry_repo::backup::starting_point(&repo, false)
         .await
@@ -710,11 +718,12 @@ async fn entries_swapped_after_the_listing_are_left_out() {
         .commit(tree, vec![root.display().to_string()], None, vec![], None)
         .await
         .unwrap();
-    assert_eq!(out.errors.len(), 2, "{:?}", out.errors);
+    assert_eq!(out.errors.len(), 3, "{:?}", out.errors);
     assert!(
         out.errors
             .iter()
-            .all(|e| e.contains("not the file it listed")),
+            .all(|e| e.contains("not the file it listed")
+                || e.contains("not the directory it listed")),
         "{:?}",
         out.errors
     );
@@ -725,6 +734,7 @@ async fn entries_swapped_after_the_listing_are_left_out() {
     for gone in ["f", "g"] {
         assert!(!d.join(gone).exists(), "{gone} was stored");
     }
+    assert!(!back.join("e").exists(), "the swapped directory was stored");
 }
 
 /// A password holder (an append-only client, say) plants a snapshot whose file names an
