@@ -258,9 +258,9 @@ pub async fn restore(
                 ..snap.clone()
             };
             let io = |e| Error::io(dest.display(), e);
-            let (dir, made) = ferry_fs::Dir::create_root_made(dest).map_err(io)?;
-            // What was checked by path holds for what was opened.
             let mapped = opts.tablespace_map.iter().any(|(oid, _)| *oid == t.oid);
+            let (dir, made) = tablespace::open_place(t, dest, &b, mapped)?;
+            // What was checked by path holds for what was opened.
             tablespace::check_opened(&dir, t, dest, opts.delta, &b, mapped || made)?;
             opened.push(dir.try_clone().map_err(io)?);
             let one = ferry_repo::restorer::Options {

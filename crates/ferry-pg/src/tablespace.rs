@@ -79,9 +79,39 @@ pub(crate) fn places(
 /// A place the backup names (not the operator) may be a directory of the cluster's owner or
 /// nothing: a restore as root would otherwise fill, and hand to the cluster's owner, any empty
 /// directory the location names (`/usr/local/sbin`, first in root's PATH).
+/// A place that does not exist yet is made in its parent, which must then be the cluster
+/// owner's: a parent reached through a link the owner controls could be any directory
+/// (`/etc/systemd/system`), and what is made there is handed to the cluster's owner.
 fn not_taken(t: &Tablespace, dest: &Path, b: &PgBackup) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(m) = std::fs::metadata(dest) else {
+    let m = match std::fs::symlink_metadata(dest) {
+        Ok(_) => std::fs::metadata(dest),
+        Err(_) => {
+            let parent = dest.parent().unwrap_or(Path::new("/"));
+            let m = std::fs::metadata(parent).map_err(|e| {
+                Error::Invalid(format!(
+                    "tablespace {}: {} does not exist, nor its parent ({e}): give \
+                     --tablespace-map {}={} to make it",
+                    t.oid,
+                    dest.display(),
+                    t.oid,
+                    dest.display()
+                ))
+            })?;
+            return match b.not_owners(m.uid()) {
+                None => Ok(()),
+                Some(why) => Err(Error::Invalid(format!(
+                    "tablespace {}: {} does not exist, and its parent {why}: give \
+                     --tablespace-map {}={} to make it there",
+                    t.oid,
+                    dest.display(),
+                    t.oid,
+                    dest.display()
+                ))),
+            };
+        }
+    };
+    let Ok(m) = m else {
         return Ok(());
     };
     match b.not_owners(m.uid()) {
@@ -94,6 +124,33 @@ fn not_taken(t: &Tablespace, dest: &Path, b: &PgBackup) -> Result<()> {
             dest.display()
         ))),
     }
+}
+
+/// Opens the place `dest` of tablespace `t`, or makes it. One the operator named is made as
+/// asked; one the backup names is made only in a parent of the cluster's owner, checked
+/// through the parent's descriptor (the path may have been swapped since [`places`] looked).
+/// Returns the directory and whether it was made.
+pub(crate) fn open_place(
+    t: &Tablespace, dest: &Path, b: &PgBackup, mapped: bool,
+) -> Result<(ferry_fs::Dir, bool)> {
+    let io = |e| Error::io(dest.display(), e);
+    if mapped || std::fs::symlink_metadata(dest).is_ok() {
+        return ferry_fs::Dir::create_root_made(dest).map_err(io);
+    }
+    let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
+        return ferry_fs::Dir::create_root_made(dest).map_err(io);
+    };
+    let p = ferry_fs::Dir::open_root(parent).map_err(io)?;
+    let uid = p.stat().map_err(io)?.st_uid;
+    if let Some(why) = b.not_owners(uid) {
+        return Err(Error::Invalid(format!(
+            "tablespace {}: the parent of {} changed while it was opened: it {why}",
+            t.oid,
+            dest.display()
+        )));
+    }
+    use std::os::unix::ffi::OsStrExt;
+    p.make_dir(name.as_bytes(), false, false).map_err(io)
 }
 
 /// What [`places`] checked by path, checked again on the directory opened there (the path

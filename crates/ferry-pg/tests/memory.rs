@@ -514,9 +514,25 @@ async fn tablespace_places_are_checked_first() {
     };
     // `..` walks out of what the location seems to name once its missing part is made.
     let dotdot = format!("{}/absent/../victim", scratch.0.display());
+    // A place to make, in a parent reached through a link the cluster's owner controls:
+    // another user's directory (root's /etc/systemd/system, say) as root; else none at all.
+    let sys = scratch.0.join("sys");
+    std::fs::create_dir(&sys).unwrap();
+    std::os::unix::fs::symlink(&sys, scratch.0.join("link")).unwrap();
+    let (linked, linked_why) = match unsafe { libc::geteuid() } {
+        0 => {
+            std::os::unix::fs::chown(&sys, Some(65534), None).unwrap();
+            (
+                scratch.0.join("link/made"),
+                "its parent belongs to uid 65534",
+            )
+        }
+        _ => (scratch.0.join("no/such/made"), "nor its parent"),
+    };
     // A tablespace's recorded location, the restore's remaps, and why it is refused.
     type Case<'a> = (&'a str, Vec<(u32, PathBuf)>, &'a str);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
+        (linked.to_str().unwrap(), vec![], linked_why),
         ("relative/space", vec![], "not a plain absolute path"),
         (&dotdot, vec![], "not a plain absolute path"),
         (&victim_loc, vec![], victim_why),
@@ -553,6 +569,7 @@ async fn tablespace_places_are_checked_first() {
             "{location}: a place was made"
         );
         assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(&sys).unwrap().count(), 0);
     }
 }
 
