@@ -142,6 +142,12 @@ impl Archive {
         self.store.read(key, envelope::MAX_OBJECT).await
     }
 
+    /// A small plaintext record (`cluster.json`, a gap): a few hundred bytes, read up to
+    /// 64 KiB, not up to a WAL file's bound.
+    async fn read_record(&self, key: &str) -> Result<Vec<u8>> {
+        self.store.read(key, 64 << 10).await
+    }
+
     /// Writes `value` as JSON to `wal/rel`.
     async fn put_json<T: Serialize>(&self, rel: &str, value: &T) -> Result<()> {
         let body = serde_json::to_vec_pretty(value).expect("serializable");
@@ -157,10 +163,21 @@ impl Archive {
         if let Some(c) = self.cluster.get() {
             return Ok(Some(c.clone()));
         }
-        match self.read_all(&self.key("cluster.json")).await {
+        match self.read_record(&self.key("cluster.json")).await {
             Ok(b) => {
                 let c: Cluster = serde_json::from_slice(&b)
                     .map_err(|e| Error::Invalid(format!("{}/wal/cluster.json: {e}", self.url())))?;
+                // Unauthenticated: a segment size PostgreSQL cannot have would divide by zero
+                // or walk past every name further on.
+                if !(c.seg_size.is_power_of_two() && ((1 << 20)..=(1 << 30)).contains(&c.seg_size))
+                {
+                    return Err(Error::Invalid(format!(
+                        "{}/wal/cluster.json: segment size {} is not one PostgreSQL has \
+                         (a power of two from 1 MiB to 1 GiB)",
+                        self.url(),
+                        c.seg_size
+                    )));
+                }
                 let _ = self.cluster.set(c.clone());
                 Ok(Some(c))
             }
@@ -342,9 +359,13 @@ impl Archive {
             if rel.starts_with("gaps/") {
                 continue;
             }
+            // Only at the place a push puts it: a decoy elsewhere (`wal/x/NAME`) would
+            // otherwise fill the hole a deleted segment left, and hide it.
             if let Some(file) = rel.rsplit('/').next() {
                 if let Ok(n) = WalName::parse(file) {
-                    out.push((n, info));
+                    if rel == n.key() {
+                        out.push((n, info));
+                    }
                 }
             }
         }
@@ -360,7 +381,7 @@ impl Archive {
     pub async fn gaps(&self) -> Result<Vec<Gap>> {
         let mut out = Vec::new();
         for info in self.store.list(&self.key("gaps/")).await? {
-            let b = self.read_all(&info.key).await?;
+            let b = self.read_record(&info.key).await?;
             out.push(
                 serde_json::from_slice(&b)
                     .map_err(|e| Error::Invalid(format!("{}: {e}", info.key)))?,

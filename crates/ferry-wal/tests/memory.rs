@@ -357,3 +357,58 @@ async fn an_oversized_object_is_refused_unread() {
     assert!(matches!(pushed, Pushed::Stored { .. }), "{pushed:?}");
     assert_eq!(a.fetch(&n).await.unwrap(), seg);
 }
+
+/// A store writer's decoys: a segment under another place than its own (to hide the hole a
+/// deleted one left), and `cluster.json` (plaintext) with a segment size PostgreSQL cannot
+/// have, or far too long to be one.
+#[tokio::test]
+async fn decoys_and_impossible_cluster_records_are_refused() {
+    let store = Arc::new(MemoryStore::new());
+    let a = archive(&store, None);
+    let (n3, n4) = (
+        name("000000010000000000000003"),
+        name("000000010000000000000004"),
+    );
+    a.push(&n3, segment(&n3, SYSTEM_ID, 1)).await.unwrap();
+    let stored = store.bytes(&object_key(&n3)).unwrap();
+    store
+        .put(&format!("{ROOT}/wal/x/{n4}"), stored, &Meta::new())
+        .await
+        .unwrap();
+    let listed: Vec<String> = a
+        .list()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    assert_eq!(listed, vec![n3.to_string()], "a decoy was listed");
+
+    for (body, says) in [
+        (
+            br#"{"format":1,"system_id":"1","seg_size":0}"#.to_vec(),
+            "segment size 0",
+        ),
+        (
+            br#"{"format":1,"system_id":"1","seg_size":8589934592}"#.to_vec(),
+            "segment size",
+        ),
+        (vec![b' '; 100 << 10], "more than the 65536"),
+    ] {
+        let store = Arc::new(MemoryStore::new());
+        store
+            .put(
+                &format!("{ROOT}/wal/cluster.json"),
+                Bytes::from(body),
+                &Meta::new(),
+            )
+            .await
+            .unwrap();
+        let e = archive(&store, None)
+            .cluster()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{e}");
+    }
+}
