@@ -227,7 +227,12 @@ impl FetchAgent {
             Err(Error::NotFound(_)) => {
                 missing.insert(name, Instant::now());
             }
-            Err(e) => warn!("prefetch {name}: {e}"),
+            // Waits as a miss does before it is tried again: an object that fails to open
+            // (damaged, or planted to be a GiB of nothing) is not fetched in a loop.
+            Err(e) => {
+                warn!("prefetch {name}: {e}");
+                missing.insert(name, Instant::now());
+            }
         }
     }
 
