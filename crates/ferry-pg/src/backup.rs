@@ -153,7 +153,14 @@ pub(crate) async fn wait_archived(
             let last: String = r.get(0);
             // Segments and backup labels (`<segment>.<offset>.backup`) of the same timeline
             // sort by position.
-            if last.len() >= 24 && last[..8] == name[..8] && &last[..24] >= name {
+            // Compared as bytes: the server's word may hold any character, and slicing a
+            // string inside one would panic.
+            let (last, want) = (last.as_bytes(), name.as_bytes());
+            if last.len() >= 24
+                && want.len() >= 24
+                && last[..8] == want[..8]
+                && last[..24] >= want[..24]
+            {
                 archived_at = Some(Instant::now());
             }
         }

@@ -27,7 +27,7 @@ pub async fn diff(args: &DiffArgs, ctx: &mut Ctx) -> Result<()> {
         let changes: Vec<_> = d
             .changes
             .iter()
-            .map(|c| json!({"path": shown(&c.path), "change": c.what.mark(), "type": c.kind}))
+            .map(|c| json!({"path": lossy(&c.path), "change": c.what.mark(), "type": c.kind}))
             .collect();
         let counts = json!({"added": d.count(What::Added), "removed": d.count(What::Removed),
             "modified": d.count(What::Modified), "metadata": d.count(What::Metadata),
@@ -75,7 +75,7 @@ pub async fn find(args: &FindArgs, ctx: &mut Ctx) -> Result<()> {
                 let m: Vec<_> = matches
                     .iter()
                     .map(|m| {
-                        json!({"path": shown(&m.path), "type": m.node.kind,
+                        json!({"path": lossy(&m.path), "type": m.node.kind,
                         "size": size(&m.node), "mtime": when(m.node.mtime, true)})
                     })
                     .collect();
@@ -135,9 +135,23 @@ pub async fn dump(args: &DumpArgs, ctx: &mut Ctx) -> Result<()> {
 
 const NS: i64 = 1_000_000_000;
 
-/// A path for people and JSON: names that are not UTF-8 shown with replacement characters.
-fn shown(p: &Path) -> String {
+/// A path for JSON: names that are not UTF-8 shown with replacement characters (JSON escapes
+/// the rest).
+fn lossy(p: &Path) -> String {
     p.to_string_lossy().into_owned()
+}
+
+/// A path for people, on one line: [`lossy`], with control characters escaped (`\n`,
+/// `\u{1b}`). Names come from whoever owned the files backed up: a newline would forge
+/// another line of the listing, an escape sequence would drive the reader's terminal.
+fn shown(p: &Path) -> String {
+    p.to_string_lossy()
+        .chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
 }
 
 /// A file's size; nothing for the other kinds.
@@ -162,5 +176,14 @@ fn when(ns: i64, nanos: bool) -> String {
     match nanos {
         true => humantime::format_rfc3339_nanos(t).to_string(),
         false => humantime::format_rfc3339_seconds(t).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_are_shown_on_one_line_without_escape_sequences() {
+        let p = std::path::Path::new("/a\n+ /etc/shadow\u{1b}[2Jé");
+        assert_eq!(super::shown(p), "/a\\n+ /etc/shadow\\u{1b}[2Jé");
     }
 }
