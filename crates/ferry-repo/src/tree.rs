@@ -143,6 +143,41 @@ impl Tree {
         for n in &mut t.nodes {
             n.content.shrink_to_fit();
         }
+        // One name, one entry: a listing naming `x` twice (or `x` and its hex, `78`), a link
+        // then a directory, would have a tar of it write the directory's files through the
+        // link wherever it points, and a restore decide between them by chance.
+        let mut names: Vec<Vec<u8>> = t.nodes.iter().map(Node::name_bytes).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ferry_transfer::Error::Checksum(format!(
+                "{what}: two entries named {:?}",
+                String::from_utf8_lossy(&w[0])
+            )));
+        }
         Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_that_names_one_entry_twice_is_refused() {
+        let one = |name: &str, hex: bool| {
+            serde_json::json!({"name": name, "name_hex": hex, "kind": "file", "mode": 0o644,
+                "uid": 0, "gid": 0, "mtime": 0, "ctime": 0, "inode": 0, "dev": 0, "nlink": 1})
+        };
+        let tree = |nodes: Vec<serde_json::Value>| {
+            serde_json::to_vec(&serde_json::json!({ "nodes": nodes })).unwrap()
+        };
+        assert!(Tree::decode(&tree(vec![one("x", false), one("y", false)]), "t").is_ok());
+        for twice in [
+            vec![one("x", false), one("x", false)],
+            vec![one("x", false), one("78", true)],
+        ] {
+            let e = Tree::decode(&tree(twice), "t").unwrap_err();
+            assert!(e.to_string().contains("two entries named \"x\""), "{e}");
+        }
     }
 }
