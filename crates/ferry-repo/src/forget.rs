@@ -233,8 +233,16 @@ pub fn keep_grouped(snaps: &[(Id, Snapshot)], p: &Policy, by: GroupBy) -> HashSe
         groups.entry(by.key(&s.1)).or_default().push(s);
     }
     let mut kept = HashSet::new();
+    // A snapshot dated past tomorrow is kept and counts for no rule: whoever can write one
+    // (an append-only client) would otherwise fill --keep-last with snapshots of 2100 and
+    // have every real one forgotten, and --keep-within would count back from 2100.
+    let horizon = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(i64::MAX, |d| d.as_secs() as i64 + 86_400);
     for (_, mut g) in groups {
         g.sort_by_key(|s| std::cmp::Reverse((s.1.time, s.1.nanos)));
+        let future = g.iter().take_while(|s| s.1.time > horizon).count();
+        kept.extend(g.drain(..future).map(|s| s.0));
         let newest = g.first().map_or(0, |s| s.1.time);
         for (id, s) in g.iter().map(|x| (&x.0, &x.1)) {
             let young = p.within.is_some_and(|w| s.time > newest - w);
@@ -329,6 +337,33 @@ mod tests {
         assert_eq!(k.len(), 2);
         assert_eq!(year_month(0), (1970, 1));
         assert_eq!(year_month(19_723), (2024, 1)); // 2024-01-01
+    }
+
+    #[test]
+    fn snapshots_dated_in_the_future_are_kept_and_count_for_nothing() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let day = 86_400;
+        let real: Vec<_> = (1..=3).map(|d| snap(now - d * day)).collect();
+        let planted: Vec<_> = (0..5).map(|y| snap(now + (75 + y) * 365 * day)).collect();
+        let all: Vec<_> = real.iter().chain(&planted).cloned().collect();
+        for p in [
+            Policy {
+                last: Some(2),
+                ..Default::default()
+            },
+            Policy {
+                within: Some(4 * day),
+                ..Default::default()
+            },
+        ] {
+            let k = keep(&all, &p);
+            assert!(planted.iter().all(|s| k.contains(&s.0)), "{p:?}");
+            let real_kept = real.iter().filter(|s| k.contains(&s.0)).count();
+            assert!(real_kept >= 2, "{p:?}: {real_kept} real snapshots kept");
+        }
     }
 
     #[test]

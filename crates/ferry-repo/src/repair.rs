@@ -62,7 +62,17 @@ async fn rebuild(repo: &Repo) -> Result<IndexRepaired> {
     for (id, r) in read {
         match r {
             Ok(entries) => good.push((id, entries)),
-            Err(e) => out.damaged.push(format!("pack {}: {e}", id.short())),
+            // Gone since the listing: nothing to index.
+            Err(Error::NotFound(_)) => {}
+            Err(e @ Error::Checksum(_)) => out.damaged.push(format!("pack {}: {e}", id.short())),
+            // A timeout or a refusal says nothing about the pack: the old index stays, and
+            // the repair must run again, rather than drop a good pack from the index.
+            Err(e) => {
+                return Err(Error::Transient(format!(
+                    "pack {}: {e}: nothing changed, run repair index again",
+                    id.short()
+                )))
+            }
         }
     }
     good.sort_by_key(|(id, _)| *id);
@@ -239,10 +249,12 @@ impl Mender<'_> {
             }
             let mut below = Vec::new();
             let new = match crate::load_tree(self.repo, self.index, &id).await {
-                Err(e) => {
+                Err(e @ (Error::Checksum(_) | Error::NotFound(_))) => {
                     below.push(format!("/: listing unreadable ({e})"));
                     None
                 }
+                // Not damage: a listing that could not be read now is not dropped for good.
+                Err(e) => return Err(e),
                 Ok(tree) => Some(self.mend_tree(id, tree, &mut below).await?),
             };
             dropped.extend(below.iter().map(|b| format!("{path}{b}")));

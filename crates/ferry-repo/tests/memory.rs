@@ -785,3 +785,21 @@ async fn a_file_naming_a_directory_listing_hides_nothing_from_prune() {
         only
     );
 }
+
+/// A store that fails for a moment says nothing about the packs: repair index leaves the
+/// index as it was, instead of indexing none of them and deleting the old index files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_index_changes_nothing_when_reads_fail() {
+    let (store, repo) = new_repo().await;
+    let (_scratch, src) = scratch_with_src();
+    std::fs::write(src.join("f"), random_bytes(200_000, 43)).unwrap();
+    backup(&repo, &src).await;
+    let before = keys_of(&store, "index");
+    store.refuse_ranges(true);
+    let r = ferry_repo::repair::repair_index(repo.clone()).await;
+    store.refuse_ranges(false);
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(keys_of(&store, "index"), before, "the index changed");
+    let report = checker::check(&repo, false).await.unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+}

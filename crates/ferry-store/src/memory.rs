@@ -109,6 +109,8 @@ pub struct MemoryStore {
     remote: bool,
     /// Whole-object writes are refused: a store this process lost while others reach it.
     refusing: std::sync::atomic::AtomicBool,
+    /// Ranged reads are refused.
+    refusing_reads: std::sync::atomic::AtomicBool,
     inner: Mutex<Inner>,
 }
 
@@ -150,6 +152,13 @@ impl MemoryStore {
     /// store this process lost while others still reach it.
     pub fn refuse_puts(&self, refuse: bool) {
         self.refusing
+            .store(refuse, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Refuses ranged reads ([`Store::get_range`]) from now on, or takes them again: a
+    /// store that fails a moment, which says nothing about what it holds.
+    pub fn refuse_ranges(&self, refuse: bool) {
+        self.refusing_reads
             .store(refuse, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -244,6 +253,12 @@ impl Store for MemoryStore {
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
         self.log(|| format!("get_range {key} {range:?}"));
+        if self
+            .refusing_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(Error::Denied(format!("memory:{key}: reads refused")));
+        }
         let k = clean(key)?;
         let inner = self.lock();
         let data = &inner.object(k)?.data;
