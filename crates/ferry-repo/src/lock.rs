@@ -28,9 +28,10 @@ use crate::id::Id;
 use crate::repo::Repo;
 use crate::snapshot::hostname;
 
-/// How a lock is kept: a parameter so that tests can run its rules in seconds.
+/// How a lock is kept: every ferry follows [`TIMING`]; a parameter so that tests can run the
+/// rules in seconds ([`Lock::acquire_timed`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Timing {
+pub struct Timing {
     /// A held lock is written again this often.
     pub refresh: Duration,
     /// A lock this old by the reader's clock may be dead: watched for `refresh` and a
@@ -44,7 +45,7 @@ pub(crate) struct Timing {
 }
 
 /// The rules every ferry follows (restic's: refresh 5 min, stale 30 min).
-pub(crate) const TIMING: Timing = Timing {
+pub const TIMING: Timing = Timing {
     refresh: Duration::from_secs(300),
     stale: Duration::from_secs(1800),
     give_up: Duration::from_secs(1500),
@@ -228,7 +229,8 @@ impl Lock {
         Lock::acquire_timed(repo, exclusive, then, TIMING).await
     }
 
-    pub(crate) async fn acquire_timed<T>(
+    /// [`Lock::acquire_then`] under the rules `t` instead of [`TIMING`].
+    pub async fn acquire_timed<T>(
         repo: Arc<Repo>, exclusive: bool, then: impl std::future::Future<Output = Result<T>>,
         t: Timing,
     ) -> Result<(Lock, T)> {
@@ -446,102 +448,5 @@ fn gone(r: Result<()>) -> Result<()> {
     match r {
         Err(Error::NotFound(_)) => Ok(()),
         r => r,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ferry_store::memory::MemoryStore;
-    use ferry_transfer::{Class, Engine, EngineConfig};
-
-    /// The rules, in tenths of a second.
-    const FAST: Timing = Timing {
-        refresh: Duration::from_millis(400),
-        stale: Duration::from_secs(60),
-        give_up: Duration::from_millis(1500),
-        skew: 0,
-    };
-
-    async fn repo() -> (Arc<MemoryStore>, Arc<Repo>) {
-        let store = Arc::new(MemoryStore::new());
-        let s: Arc<dyn ferry_store::Store> = store.clone();
-        let remote = Engine::new(EngineConfig::default()).remote(s, Class::Bulk);
-        let repo = Repo::init(remote, "r", b"pw", crate::repo::FORMAT)
-            .await
-            .unwrap();
-        (store, Arc::new(repo))
-    }
-
-    async fn nothing() -> Result<()> {
-        Ok(())
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_holder_that_cannot_refresh_writes_no_index_or_snapshot_after_giving_up() {
-        let (store, repo) = repo().await;
-        let (lock, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), FAST)
-            .await
-            .unwrap();
-        repo.save_file(Kind::Snapshot, b"{}").await.unwrap();
-        store.refuse_puts(true);
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-        store.refuse_puts(false);
-        let e = repo.save_file(Kind::Index, b"{}").await.unwrap_err();
-        assert!(e.to_string().contains("could not be refreshed"), "{e}");
-        // The store came back, and the lock is refreshed again: still lost, since another
-        // process may have acted on it in between.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(repo.save_file(Kind::Snapshot, b"{}").await.is_err());
-        lock.release().await.unwrap();
-        // Released, it no longer counts.
-        repo.save_file(Kind::Snapshot, b"{}").await.unwrap();
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_live_lock_of_a_host_whose_clock_is_behind_is_not_taken_as_dead() {
-        let (_store, repo) = repo().await;
-        // A backup on a host an hour behind: every lock it writes looks an hour old. It
-        // refreshes four times in the time the prune watches (whatever the load on the host
-        // that runs this test, one lands inside it).
-        let behind = Timing {
-            skew: -3600,
-            refresh: FAST.refresh / 4,
-            ..FAST
-        };
-        let (backup, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), behind)
-            .await
-            .unwrap();
-        let prune = Lock::acquire_timed(repo.clone(), true, nothing(), FAST).await;
-        let e = prune.unwrap_err().to_string();
-        assert!(e.contains("refreshed while watched"), "{e}");
-        backup.release().await.unwrap();
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_lock_nobody_refreshes_is_dead_once_watched() {
-        let (_store, repo) = repo().await;
-        let dead = LockInfo {
-            exclusive: false,
-            hostname: "another-host".into(),
-            pid: 1,
-            time: now() - 3600,
-        };
-        repo.save_file(Kind::Lock, &serde_json::to_vec(&dead).unwrap())
-            .await
-            .unwrap();
-        let (prune, ()) = Lock::acquire_timed(repo.clone(), true, nothing(), FAST)
-            .await
-            .unwrap();
-        prune.release().await.unwrap();
-        // A live lock conflicts at once, unwatched.
-        let (live, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), FAST)
-            .await
-            .unwrap();
-        let e = Lock::acquire_timed(repo.clone(), true, nothing(), FAST)
-            .await
-            .unwrap_err();
-        assert!(e.to_string().contains("is locked"), "{e}");
-        live.release().await.unwrap();
     }
 }
