@@ -49,8 +49,15 @@ pub async fn fetch_to(archive: &Archive, name: &WalName, dest: &Path) -> Result<
 }
 
 /// Hands over `name` from the spool if the prefetch agent has it (waiting up to `wait` while
-/// it is being fetched); false when it must be fetched directly.
-pub fn take_prefetched(spool: &Spool, name: &WalName, dest: &Path, wait: Duration) -> Result<bool> {
+/// it is being fetched), fetched from the archive at `source`; false when it must be fetched
+/// directly. Files prefetched from another archive (a recovery before this one into the same
+/// data directory, from another repository) are not handed over.
+pub fn take_prefetched(
+    spool: &Spool, name: &WalName, dest: &Path, wait: Duration, source: &str,
+) -> Result<bool> {
+    if fs::read_to_string(spool.path("in/source")).ok().as_deref() != Some(source) {
+        return Ok(false);
+    }
     let ready = spool.path(&format!("in/{name}"));
     let part = spool.path(&format!("in/.{name}.part"));
     let started = Instant::now();
@@ -109,6 +116,7 @@ impl FetchAgent {
         let seg_size = cluster.seg_size;
         // Leftovers of an agent killed mid-fetch.
         self.remove_parts()?;
+        self.claim_source()?;
         info!(archive = %self.archive.url(), depth = self.depth, "prefetch agent up");
         let mut tasks: JoinSet<(String, Result<()>)> = JoinSet::new();
         let mut inflight: HashSet<String> = HashSet::new();
@@ -234,6 +242,25 @@ impl FetchAgent {
                 missing.insert(name, Instant::now());
             }
         }
+    }
+
+    /// Marks the spool's prefetched files as this archive's, removing those of another
+    /// (`in/source` names the archive they came from; `wal-fetch` takes none of another's).
+    fn claim_source(&self) -> Result<()> {
+        let url = self.archive.url();
+        let io = |e| Error::io("spool in", e);
+        if fs::read_to_string(self.spool.path("in/source")).ok() == Some(url.clone()) {
+            return Ok(());
+        }
+        for f in fs::read_dir(self.spool.path("in")).map_err(io)?.flatten() {
+            if WalName::parse(&f.file_name().to_string_lossy()).is_ok() {
+                fs::remove_file(f.path()).map_err(io)?;
+            }
+        }
+        let tmp = self.spool.path("in/.source.tmp");
+        fs::write(&tmp, &url)
+            .and_then(|_| fs::rename(&tmp, self.spool.path("in/source")))
+            .map_err(io)
     }
 
     /// Removes prefetched files PostgreSQL will not ask for: behind it, or on another timeline.

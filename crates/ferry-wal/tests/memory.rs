@@ -412,3 +412,25 @@ async fn decoys_and_impossible_cluster_records_are_refused() {
         assert!(e.contains(says), "{e}");
     }
 }
+
+/// A file a recovery before this one prefetched into the same spool, from another archive,
+/// is not handed to this one: `in/source` names the archive the prefetched files came from.
+#[test]
+fn a_prefetched_file_of_another_archive_is_not_handed_over() {
+    let dir = std::env::temp_dir().join(format!("ferry-wal-source-{}", std::process::id()));
+    let spool = ferry_wal::Spool::open(&dir.join("spool")).unwrap();
+    let n = name("000000010000000000000005");
+    std::fs::write(spool.path(&format!("in/{n}")), b"from the other archive").unwrap();
+    std::fs::write(spool.path("in/source"), "s3://old/archive").unwrap();
+    let dest = dir.join("RECOVERYXLOG");
+    let wait = std::time::Duration::ZERO;
+    let take = |source| ferry_wal::fetch::take_prefetched(&spool, &n, &dest, wait, source);
+    assert!(
+        !take("s3://new/archive").unwrap(),
+        "handed over from another archive"
+    );
+    assert!(!dest.exists());
+    assert!(take("s3://old/archive").unwrap());
+    assert_eq!(std::fs::read(&dest).unwrap(), b"from the other archive");
+    std::fs::remove_dir_all(dir).unwrap();
+}

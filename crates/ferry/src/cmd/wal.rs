@@ -114,7 +114,9 @@ async fn fetch(args: &WalFetchArgs, ctx: &mut Ctx, dir: &Path) -> Result<()> {
     let name = WalName::parse(&args.name)?;
     if wal.async_ && wal.prefetch > 0 {
         let spool = Spool::open(&wal.spool)?;
-        let taken = fetch::take_prefetched(&spool, &name, &args.dest, Duration::from_secs(60))?;
+        let source = agents::access(g, stores, wal.compress_level)?.plain().url();
+        let taken =
+            fetch::take_prefetched(&spool, &name, &args.dest, Duration::from_secs(60), &source)?;
         // Every request moves the look-ahead, hits too (else the window stays behind and
         // refetches what was taken). Only segments: PostgreSQL also probes for histories.
         if name.kind() == ferry_wal::Kind::Segment {
