@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ferry_transfer::Result;
+use ferry_transfer::{Error, Result};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
@@ -73,7 +73,7 @@ async fn copy_locked(
             out.skipped.push(id);
             continue;
         }
-        let root = c.tree(snap.tree).await?;
+        let root = c.tree(snap.tree, 0).await?;
         let new = Snapshot {
             tree: root,
             parent: None,
@@ -99,18 +99,40 @@ struct Rewriter<'a> {
 }
 
 impl Rewriter<'_> {
-    /// Tree `id` of the source, stored in the destination with its blobs; its new id.
-    fn tree(&mut self, id: Id) -> BoxFuture<'_, Result<Id>> {
+    /// Tree `id` of the source, `depth` directories down, stored in the destination with its
+    /// blobs; its new id. The source is another repository, whose password holder chose its
+    /// names and its depth: a name no entry may have would make the destination's `check`
+    /// fail and its prune refuse for good, and a chain of a million listings would overflow
+    /// the stack this recursion runs on.
+    fn tree(&mut self, id: Id, depth: usize) -> BoxFuture<'_, Result<Id>> {
         async move {
             if let Some(n) = self.trees.get(&id) {
                 return Ok(*n);
             }
+            if depth > ferry_fs::MAX_DEPTH {
+                return Err(Error::Invalid(format!(
+                    "source tree {}: more than {} directories deep: not copied",
+                    id.short(),
+                    ferry_fs::MAX_DEPTH
+                )));
+            }
             let tree: Tree = crate::load_tree(self.from, self.index, &id).await?;
+            if let Some((n, e)) = tree
+                .nodes
+                .iter()
+                .find_map(|n| n.checked_name().err().map(|e| (n, e)))
+            {
+                return Err(Error::Checksum(format!(
+                    "source tree {}: entry {:?}: {e}: not copied",
+                    id.short(),
+                    n.name
+                )));
+            }
             self.data(&tree).await?;
             let mut nodes = Vec::with_capacity(tree.nodes.len());
             for mut n in tree.nodes {
                 if let Some(sub) = n.subtree {
-                    n.subtree = Some(self.tree(sub).await?);
+                    n.subtree = Some(self.tree(sub, depth + 1).await?);
                 }
                 n.content = n.content.iter().map(|b| self.blobs[b]).collect();
                 nodes.push(n);

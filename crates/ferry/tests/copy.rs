@@ -120,3 +120,31 @@ fn copy_minio() {
     copied(&to, &dir);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A source repository whose password holder wrote a listing with a name no entry may have:
+/// copy refuses that snapshot, and the destination stays one that `check` finds sound.
+#[test]
+fn a_hostile_source_snapshot_is_not_copied() {
+    let dir = scratch("copy-hostile");
+    let from = Repo::local(&dir.join("a"));
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"a file").unwrap();
+    from.ok(&["init"]);
+    from.ok(&["backup", src.to_str().unwrap()]);
+    repokit::forge(Path::new(&from.url), |nodes| {
+        let mut n = nodes[0].clone();
+        n.name = "..".into();
+        nodes.push(n);
+    });
+    let to = Repo::local(&dir.join("b"));
+    to.ok(&["init"]);
+    let out = to.run(
+        &["copy", "--from-repo", from.url.as_str()],
+        &[("FERRY_FROM_PASSWORD", "correct horse")],
+    );
+    assert!(!out.status.success(), "a hostile snapshot was copied");
+    assert!(stderr(&out).contains("not copied"), "{}", stderr(&out));
+    to.ok(&["check"]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
