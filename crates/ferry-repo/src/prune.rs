@@ -80,6 +80,12 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
     let packs = index.by_pack();
     let by_pack: HashMap<Id, &Vec<Entry>> = packs.iter().map(|(p, e)| (*p, e)).collect();
     for (pack, entries) in packs.iter().cloned() {
+        // An index file may name a pack the store lacks (planted by whoever can add files, to
+        // have the real copies of its blobs look unused): it keeps nothing, and leaves the
+        // index.
+        if !sizes.contains_key(&pack) {
+            continue;
+        }
         // A blob indexed twice is kept once.
         let (live, dead): (Vec<Entry>, Vec<Entry>) = entries
             .iter()
@@ -94,6 +100,13 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
             // Kept whole, so indexed whole: the index describes every byte of the pack.
             keep.push((pack, entries));
         }
+    }
+    if let Some(b) = used.iter().find(|b| !seen.contains(b)) {
+        return Err(Error::Invalid(format!(
+            "refusing to prune a damaged repository (run check): blob {} is used, and in no \
+             pack the store holds",
+            b.short()
+        )));
     }
     let indexed: HashSet<Id> = index.packs().iter().copied().collect();
     delete.extend(sizes.keys().filter(|p| !indexed.contains(p)));

@@ -803,3 +803,51 @@ async fn repair_index_changes_nothing_when_reads_fail() {
     let report = checker::check(&repo, false).await.unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
 }
+
+/// A password holder (an append-only client) plants index files that place every blob in
+/// packs the store lacks: whichever copy the index keeps, prune deletes no real pack, and
+/// once `repair index` rebuilt the index from the packs, the honest snapshot restores whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_files_naming_packs_the_store_lacks_decide_nothing() {
+    use ferry_repo::crypto::Kind;
+    let (store, repo) = new_repo().await;
+    let (_scratch, src) = scratch_with_src();
+    let data = random_bytes(3 << 20, 47);
+    std::fs::write(src.join("f"), &data).unwrap();
+    let honest = backup(&repo, &src).await;
+    let (index, _, _) = repo.load_index().await.unwrap();
+    let real = index.by_pack();
+    for i in 0..8u8 {
+        // File content only: the listings stay readable, and prune gets to decide.
+        let fake: Vec<_> = real
+            .iter()
+            .map(|(p, e)| {
+                let data: Vec<_> = e
+                    .iter()
+                    .filter(|e| e.kind == BlobKind::Data)
+                    .cloned()
+                    .collect();
+                (Id::of(&[p.0.as_slice(), &[i]].concat()), data)
+            })
+            .collect();
+        repo.save_file(Kind::Index, &ferry_repo::index::encode(&fake))
+            .await
+            .unwrap();
+    }
+    let before = packs(&store);
+    // Where the index kept a planted copy, prune refuses; where it kept the real one, it
+    // has nothing to delete: never a real pack deleted.
+    let _ = prune::prune(repo.clone(), false).await;
+    assert_eq!(packs(&store), before, "a real pack went");
+    ferry_repo::repair::repair_index(repo.clone())
+        .await
+        .unwrap();
+    let (_t, target) = scratch_with_src();
+    restore_all(&repo, &honest.snapshot, &target).await.unwrap();
+    assert_eq!(
+        std::fs::read(restored(&target, &src).join("f")).unwrap(),
+        data
+    );
+    let report = checker::check(&repo, true).await.unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+}
