@@ -49,6 +49,9 @@ impl PushAgent {
         let Some(_lock) = self.spool.try_lock("push")? else {
             return Ok(());
         };
+        self.spool.claim(&self.archive.url())?;
+        let stop = self.spool.path("out/stop");
+        let _ = std::fs::remove_file(&stop);
         info!(pg_wal = %self.pg_wal.display(), archive = %self.archive.url(), "push agent up");
         let mut tasks: JoinSet<(String, Result<(String, std::fs::Metadata)>)> = JoinSet::new();
         let mut inflight: HashSet<String> = HashSet::new();
@@ -67,6 +70,12 @@ impl PushAgent {
             dropped.extend(self.record_gaps().await);
             if !self.pg_wal.is_dir() {
                 info!("pg_wal is gone; agent exits");
+                break;
+            }
+            // A wal-push for another archive asks: archive_command changed since this agent
+            // started, and its successor, started with the new settings, takes over.
+            if stop.exists() {
+                info!("asked to stop: wal-push archives elsewhere now; agent exits");
                 break;
             }
             // Without its spool no ack can be written: every push would be retried at once,

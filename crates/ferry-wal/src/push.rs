@@ -30,6 +30,10 @@ pub struct PushOptions {
     pub queue_max: Option<u64>,
     /// What to do past `queue_max`.
     pub policy: QueuePolicy,
+    /// The archive this push is for (its URL): acks of an agent that archives elsewhere
+    /// (started before `archive_command` changed) are not taken, and that agent is asked
+    /// to stop.
+    pub source: String,
 }
 
 /// What the agent path concluded.
@@ -118,7 +122,12 @@ pub fn push_via_agent(
     if !ready_file(path, name.as_str()).exists() {
         return Ok(Handed::NotQueued);
     }
-    if let Some(v) = spool.verdict(name.as_str(), &meta) {
+    // (No source at all: an agent of an older ferry, which writes none, is trusted as before.)
+    let ours = || spool.source().is_none_or(|s| s == opts.source);
+    if let Some(v) = ours()
+        .then(|| spool.verdict(name.as_str(), &meta))
+        .flatten()
+    {
         return v.map(|()| Handed::Archived).map_err(Error::Permanent);
     }
     if let Some(max) = opts.queue_max {
@@ -166,13 +175,19 @@ pub fn push_via_agent(
         if Instant::now() >= next_check {
             if !spool.locked("push")? {
                 start_agent()?;
+            } else if !ours() {
+                // An agent of another archive runs: it stops at its next turn.
+                let _ = write_durable(&spool.path("out/stop"), b"");
             }
             next_check = Instant::now() + Duration::from_millis(100);
         }
         std::thread::sleep(nap);
         // Polling a file is a stat: cheap enough to keep the ack-to-return delay under 2 ms.
         nap = (nap * 2).min(Duration::from_millis(2));
-        if let Some(v) = spool.verdict(name.as_str(), &meta) {
+        if let Some(v) = ours()
+            .then(|| spool.verdict(name.as_str(), &meta))
+            .flatten()
+        {
             return v.map(|()| Handed::Archived).map_err(Error::Permanent);
         }
         if started.elapsed() > opts.timeout {

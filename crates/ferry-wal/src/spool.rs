@@ -131,6 +131,28 @@ impl Spool {
             .map_err(|e| io(&p, e))
     }
 
+    /// The archive the acks in `out/` are for (its URL), as the push agent that wrote them
+    /// claimed it.
+    pub fn source(&self) -> Option<String> {
+        fs::read_to_string(self.path("out/source")).ok()
+    }
+
+    /// Makes `out/` the acks of the archive at `source`: those of another (an agent started
+    /// before `archive_command` named another repository) are removed, never taken as this
+    /// archive's.
+    pub fn claim(&self, source: &str) -> Result<()> {
+        if self.source().as_deref() == Some(source) {
+            return Ok(());
+        }
+        for n in self.names("out")? {
+            if n.ends_with(".ok") || n.ends_with(".error") {
+                let p = self.path(&format!("out/{n}"));
+                fs::remove_file(&p).map_err(|e| io(&p, e))?;
+            }
+        }
+        write_durable(&self.path("out/source"), source.as_bytes())
+    }
+
     /// True when `name` has an ack.
     pub fn acked(&self, name: &str) -> bool {
         self.path(&format!("out/{name}.ok")).exists()

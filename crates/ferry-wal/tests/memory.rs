@@ -434,3 +434,43 @@ fn a_prefetched_file_of_another_archive_is_not_handed_over() {
     assert_eq!(std::fs::read(&dest).unwrap(), b"from the other archive");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `archive_command` now names another archive: the acks an agent wrote for the old one are
+/// not taken for this push (it would exit 0 with the segment never in the new archive); the
+/// agent started with the new settings claims the spool and archives it again.
+#[test]
+fn acks_of_an_agent_for_another_archive_are_not_taken() {
+    use ferry_wal::push::{push_via_agent, Handed, PushOptions, QueuePolicy};
+    let dir = std::env::temp_dir().join(format!("ferry-wal-acks-{}", std::process::id()));
+    let pg_wal = dir.join("pg_wal");
+    std::fs::create_dir_all(pg_wal.join("archive_status")).unwrap();
+    let n = name("000000010000000000000007");
+    let seg = pg_wal.join(n.as_str());
+    std::fs::write(&seg, b"segment").unwrap();
+    std::fs::write(pg_wal.join(format!("archive_status/{n}.ready")), b"").unwrap();
+    let spool = ferry_wal::Spool::open(&dir.join("spool")).unwrap();
+    let meta = std::fs::metadata(&seg).unwrap();
+    spool.claim("s3://old/archive").unwrap();
+    spool.ack(n.as_str(), "00", &meta).unwrap();
+    let opts = PushOptions {
+        timeout: std::time::Duration::from_secs(10),
+        queue_max: None,
+        policy: QueuePolicy::Keep,
+        source: "s3://new/archive".into(),
+    };
+    let mut started = 0;
+    let handed = push_via_agent(&spool, &seg, &opts, &mut || {
+        // The new agent: claims the spool for its archive, then archives the segment.
+        started += 1;
+        spool.claim("s3://new/archive")?;
+        assert!(
+            !spool.acked(n.as_str()),
+            "the old archive's ack survived the claim"
+        );
+        spool.ack(n.as_str(), "11", &meta)
+    })
+    .unwrap();
+    assert_eq!(handed, Handed::Archived);
+    assert_eq!(started, 1, "the old archive's ack was taken");
+    std::fs::remove_dir_all(dir).unwrap();
+}

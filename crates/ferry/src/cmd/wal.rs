@@ -36,15 +36,16 @@ pub async fn push_cmd(args: &WalPushArgs, ctx: &mut Ctx) -> Result<()> {
     let path = args.path.clone();
     if wal.async_ {
         let spool = Spool::open(&wal.spool)?;
-        let opts = PushOptions {
-            timeout: wal.push_timeout,
-            queue_max: wal.queue_max,
-            policy: wal.policy,
-        };
         // The agent reads the directory PostgreSQL hands files from, wherever it is.
         let parent = path.parent().unwrap_or(Path::new("."));
         let pg_wal = std::path::absolute(parent).context("pg_wal directory")?;
         let access = agents::access(g, stores, wal.compress_level)?;
+        let opts = PushOptions {
+            timeout: wal.push_timeout,
+            queue_max: wal.queue_max,
+            policy: wal.policy,
+            source: access.plain().url(),
+        };
         let mut starter = PushStarter::new(g, stores.settings(), &args.wal, access, pg_wal);
         let p = path.clone();
         let handed = tokio::task::spawn_blocking(move || {
