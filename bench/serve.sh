@@ -81,8 +81,11 @@ front() { # name port
   URL=https://127.0.0.1:$(( $2 + 10 ))
 }
 start_ferry() { # target store-dir-or-url log
+  # Every client comes through the connect-delay proxy, one address: as behind a load
+  # balancer, that address may hold every connection (per_address, docs/serve.md).
   { printf '[serve]\nlisten = "127.0.0.1:%s"\nbackend = "%s"\ntls_cert = "%s"\ntls_key = "%s"\n' \
       "$FERRY_PORT" "$2" "$CERT" "$KEY"
+    printf '[serve.limits]\nper_address = 4096\n'
     cat "$W/tenants.toml"; } >"$W/ferry.toml"
   ip netns exec "$NS" env AWS_ENDPOINT_URL=http://127.0.0.1:9000 "$FERRY" --config "$W/ferry.toml" serve 2>"$3" &
   echo $! >"$BENCH_DIR/server.pid"
