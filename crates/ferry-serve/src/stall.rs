@@ -14,23 +14,22 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// A pause between two answers longer than this is the client's own time (keep-alive),
-/// not a slow read: the rate is measured afresh after it.
-const IDLE: Duration = Duration::from_secs(1);
-
 /// `inner`, whose writes, flushes and shutdowns fail with `TimedOut` once they have been
-/// pending for `limit` with nothing written, or have written less than `min_rate` bytes a
-/// second over `limit`.
+/// pending for `limit` with nothing written, or once the time they spent waiting for the
+/// client adds up to `limit` with less than `min_rate` bytes a second written meanwhile. Only
+/// time spent waiting for the client counts: an answer written at once costs none, and a
+/// client that sends a small request a second and reads each small answer at once is never
+/// slow, however little it is sent.
 pub struct StallIo<T> {
     inner: T,
     limit: Duration,
     min_rate: u64,
     /// Runs while a write is pending; cleared by any progress.
     stalled: Option<Pin<Box<Sleep>>>,
-    /// Since when, and how much, has been written while writing went on.
-    window: Option<(Instant, u64)>,
-    /// When the last write finished, if the one after has not begun waiting.
-    done_at: Option<Instant>,
+    /// Since when the write now pending has waited.
+    waiting_since: Option<Instant>,
+    /// Time spent waiting for the client, and bytes written, since the rate was last judged.
+    waited: (Duration, u64),
 }
 
 impl<T> StallIo<T> {
@@ -41,20 +40,13 @@ impl<T> StallIo<T> {
             limit,
             min_rate,
             stalled: None,
-            window: None,
-            done_at: None,
+            waiting_since: None,
+            waited: (Duration::ZERO, 0),
         }
     }
 
     fn timed_out(why: &str) -> io::Error {
         io::Error::new(io::ErrorKind::TimedOut, why.to_string())
-    }
-
-    /// Before a write: after an idle pause, the rate is measured from now.
-    fn starting(&mut self) {
-        if self.done_at.is_some_and(|t| t.elapsed() > IDLE) {
-            self.window = None;
-        }
     }
 
     /// Passes a ready result on (counting what it wrote); a pending one waits at most
@@ -66,7 +58,7 @@ impl<T> StallIo<T> {
             Poll::Ready(Ok(v)) => wrote(v),
             Poll::Ready(Err(_)) => return r,
             Poll::Pending => {
-                self.done_at = None;
+                self.waiting_since.get_or_insert_with(Instant::now);
                 let limit = self.limit;
                 let timer = self
                     .stalled
@@ -80,17 +72,18 @@ impl<T> StallIo<T> {
             }
         };
         self.stalled = None;
-        let now = Instant::now();
-        self.done_at = Some(now);
-        let (since, sum) = self.window.get_or_insert((now, 0));
-        *sum += n;
-        if since.elapsed() >= self.limit {
-            if *sum < self.min_rate * self.limit.as_secs() {
-                return Poll::Ready(Err(Self::timed_out(
-                    "the client read its answer too slowly",
-                )));
+        self.waited.1 += n;
+        if let Some(since) = self.waiting_since.take() {
+            self.waited.0 += since.elapsed();
+            let (waited, sum) = self.waited;
+            if waited >= self.limit {
+                if (sum as f64) < self.min_rate as f64 * waited.as_secs_f64() {
+                    return Poll::Ready(Err(Self::timed_out(
+                        "the client read its answer too slowly",
+                    )));
+                }
+                self.waited = (Duration::ZERO, 0);
             }
-            self.window = Some((now, 0));
         }
         r
     }
@@ -108,7 +101,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for StallIo<T> {
     fn poll_write(
         mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.starting();
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
         self.watch(cx, r, |n| *n as u64)
     }
@@ -116,7 +108,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for StallIo<T> {
     fn poll_write_vectored(
         mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.starting();
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         self.watch(cx, r, |n| *n as u64)
     }
@@ -191,6 +182,23 @@ mod tests {
         io.shutdown().await.unwrap();
         drop(io);
         assert_eq!(r.await.unwrap(), 8 << 20);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn small_answers_read_at_once_are_never_slow() {
+        // A WAL client: a small answer every second, read at once, for five minutes: far
+        // below 64 KiB a second, none of it waiting for the client (the bench's WAL pushers
+        // were cut every 30 s).
+        let (near, far) = tokio::io::duplex(64 << 10);
+        let mut io = StallIo::new(near, LIMIT, FLOOR);
+        let r = reader(far, 64 << 10, Duration::from_millis(10));
+        for _ in 0..300 {
+            io.write_all(&[1u8; 100]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(900)).await;
+        }
+        io.shutdown().await.unwrap();
+        drop(io);
+        assert_eq!(r.await.unwrap(), 30_000);
     }
 
     #[tokio::test(start_paused = true)]
