@@ -667,11 +667,8 @@ impl Dir {
             };
             let Some(n) = names.pop() else {
                 let (_, _, done) = levels.pop().expect("a level");
-                let parent = levels.last().map_or(self, |l| &l.0);
-                // SAFETY: parent.fd is open, done NUL-terminated; only an empty directory goes.
-                check(unsafe {
-                    libc::unlinkat(parent.fd.as_raw_fd(), done.as_ptr(), libc::AT_REMOVEDIR)
-                })?;
+                // Emptied now: unlink takes it as the directory it is.
+                levels.last().map_or(self, |l| &l.0).unlink(&done)?;
                 continue;
             };
             let c = entry(&n)?;

@@ -49,7 +49,8 @@ impl PushAgent {
         let Some(_lock) = self.spool.try_lock("push")? else {
             return Ok(());
         };
-        self.spool.claim(&self.archive.url())?;
+        self.spool
+            .claim("out", &self.archive.url(), Spool::is_verdict)?;
         let stop = self.spool.path("out/stop");
         let _ = std::fs::remove_file(&stop);
         info!(pg_wal = %self.pg_wal.display(), archive = %self.archive.url(), "push agent up");

@@ -55,7 +55,7 @@ pub async fn fetch_to(archive: &Archive, name: &WalName, dest: &Path) -> Result<
 pub fn take_prefetched(
     spool: &Spool, name: &WalName, dest: &Path, wait: Duration, source: &str,
 ) -> Result<bool> {
-    if fs::read_to_string(spool.path("in/source")).ok().as_deref() != Some(source) {
+    if spool.source("in").as_deref() != Some(source) {
         return Ok(false);
     }
     let ready = spool.path(&format!("in/{name}"));
@@ -116,7 +116,9 @@ impl FetchAgent {
         let seg_size = cluster.seg_size;
         // Leftovers of an agent killed mid-fetch.
         self.remove_parts()?;
-        self.claim_source()?;
+        // Prefetched files of another archive go (`wal-fetch` would not take them anyway).
+        let theirs = |n: &str| WalName::parse(n).is_ok();
+        self.spool.claim("in", &self.archive.url(), theirs)?;
         info!(archive = %self.archive.url(), depth = self.depth, "prefetch agent up");
         let mut tasks: JoinSet<(String, Result<()>)> = JoinSet::new();
         let mut inflight: HashSet<String> = HashSet::new();
@@ -242,25 +244,6 @@ impl FetchAgent {
                 missing.insert(name, Instant::now());
             }
         }
-    }
-
-    /// Marks the spool's prefetched files as this archive's, removing those of another
-    /// (`in/source` names the archive they came from; `wal-fetch` takes none of another's).
-    fn claim_source(&self) -> Result<()> {
-        let url = self.archive.url();
-        let io = |e| Error::io("spool in", e);
-        if fs::read_to_string(self.spool.path("in/source")).ok() == Some(url.clone()) {
-            return Ok(());
-        }
-        for f in fs::read_dir(self.spool.path("in")).map_err(io)?.flatten() {
-            if WalName::parse(&f.file_name().to_string_lossy()).is_ok() {
-                fs::remove_file(f.path()).map_err(io)?;
-            }
-        }
-        let tmp = self.spool.path("in/.source.tmp");
-        fs::write(&tmp, &url)
-            .and_then(|_| fs::rename(&tmp, self.spool.path("in/source")))
-            .map_err(io)
     }
 
     /// Removes prefetched files PostgreSQL will not ask for: behind it, or on another timeline.

@@ -123,7 +123,7 @@ pub fn push_via_agent(
         return Ok(Handed::NotQueued);
     }
     // (No source at all: an agent of an older ferry, which writes none, is trusted as before.)
-    let ours = || spool.source().is_none_or(|s| s == opts.source);
+    let ours = || spool.source("out").is_none_or(|s| s == opts.source);
     if let Some(v) = ours()
         .then(|| spool.verdict(name.as_str(), &meta))
         .flatten()

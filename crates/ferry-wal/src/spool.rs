@@ -131,26 +131,29 @@ impl Spool {
             .map_err(|e| io(&p, e))
     }
 
-    /// The archive the acks in `out/` are for (its URL), as the push agent that wrote them
-    /// claimed it.
-    pub fn source(&self) -> Option<String> {
-        fs::read_to_string(self.path("out/source")).ok()
+    /// The archive (its URL) the files in `sub` (`out`: acks; `in`: prefetched WAL) came
+    /// from, as the agent that wrote them claimed it.
+    pub fn source(&self, sub: &str) -> Option<String> {
+        fs::read_to_string(self.path(&format!("{sub}/source"))).ok()
     }
 
-    /// Makes `out/` the acks of the archive at `source`: those of another (an agent started
-    /// before `archive_command` named another repository) are removed, never taken as this
-    /// archive's.
-    pub fn claim(&self, source: &str) -> Result<()> {
-        if self.source().as_deref() == Some(source) {
+    /// Makes the files in `sub` those of the archive at `source`: the ones `theirs` names,
+    /// of another archive (an agent started before `archive_command` or the repository
+    /// changed), are removed, never taken as this archive's.
+    pub fn claim(&self, sub: &str, source: &str, theirs: impl Fn(&str) -> bool) -> Result<()> {
+        if self.source(sub).as_deref() == Some(source) {
             return Ok(());
         }
-        for n in self.names("out")? {
-            if n.ends_with(".ok") || n.ends_with(".error") {
-                let p = self.path(&format!("out/{n}"));
-                fs::remove_file(&p).map_err(|e| io(&p, e))?;
-            }
+        for n in self.names(sub)?.into_iter().filter(|n| theirs(n)) {
+            let p = self.path(&format!("{sub}/{n}"));
+            fs::remove_file(&p).map_err(|e| io(&p, e))?;
         }
-        write_durable(&self.path("out/source"), source.as_bytes())
+        write_durable(&self.path(&format!("{sub}/source")), source.as_bytes())
+    }
+
+    /// True for the name of a verdict file in `out/`: an ack or an error.
+    pub fn is_verdict(file: &str) -> bool {
+        file.ends_with(".ok") || file.ends_with(".error")
     }
 
     /// True when `name` has an ack.

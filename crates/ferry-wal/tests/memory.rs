@@ -450,7 +450,8 @@ fn acks_of_an_agent_for_another_archive_are_not_taken() {
     std::fs::write(pg_wal.join(format!("archive_status/{n}.ready")), b"").unwrap();
     let spool = ferry_wal::Spool::open(&dir.join("spool")).unwrap();
     let meta = std::fs::metadata(&seg).unwrap();
-    spool.claim("s3://old/archive").unwrap();
+    let acks = ferry_wal::Spool::is_verdict;
+    spool.claim("out", "s3://old/archive", acks).unwrap();
     spool.ack(n.as_str(), "00", &meta).unwrap();
     let opts = PushOptions {
         timeout: std::time::Duration::from_secs(10),
@@ -462,7 +463,7 @@ fn acks_of_an_agent_for_another_archive_are_not_taken() {
     let handed = push_via_agent(&spool, &seg, &opts, &mut || {
         // The new agent: claims the spool for its archive, then archives the segment.
         started += 1;
-        spool.claim("s3://new/archive")?;
+        spool.claim("out", "s3://new/archive", acks)?;
         assert!(
             !spool.acked(n.as_str()),
             "the old archive's ack survived the claim"

@@ -110,12 +110,12 @@ pub async fn fetch_cmd(args: &WalFetchArgs, ctx: &mut Ctx) -> Result<()> {
 
 async fn fetch(args: &WalFetchArgs, ctx: &mut Ctx, dir: &Path) -> Result<()> {
     let (g, stores, out) = ctx.parts();
-    let dir = dir.to_path_buf();
-    let wal = stores.settings().wal(&args.wal, &dir)?;
+    let wal = stores.settings().wal(&args.wal, dir)?;
     let name = WalName::parse(&args.name)?;
+    let access = agents::access(g, stores, wal.compress_level)?;
     if wal.async_ && wal.prefetch > 0 {
         let spool = Spool::open(&wal.spool)?;
-        let source = agents::access(g, stores, wal.compress_level)?.plain().url();
+        let source = access.plain().url();
         let taken =
             fetch::take_prefetched(&spool, &name, &args.dest, Duration::from_secs(60), &source)?;
         // Every request moves the look-ahead, hits too (else the window stays behind and
@@ -133,7 +133,6 @@ async fn fetch(args: &WalFetchArgs, ctx: &mut Ctx, dir: &Path) -> Result<()> {
     }
     // The header first: a file the archive lacks (PostgreSQL probes for them) or a plaintext
     // one needs no password, and so no Argon2.
-    let access = agents::access(g, stores, wal.compress_level)?;
     let miss = |url: String| super::Exit::Miss(format!("{name} is not in archive {url}"));
     let archive = match access.for_fetch(&name, agents::ask(g)).await {
         Err(Error::NotFound(_)) => return Err(miss(access.plain().url()).into()),
