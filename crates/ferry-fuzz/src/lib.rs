@@ -87,8 +87,8 @@ pub fn run(target: &str, data: &[u8]) {
         }
         "wal_envelope" => {
             let _ = Header::parse(data, "f");
-            let _ = envelope::open(data, "f", WAL_NAME, None);
-            let _ = envelope::open(data, "f", WAL_NAME, Some(wal_key()));
+            let _ = envelope::open(data, "f", WAL_NAME, None, envelope::MAX_LEN);
+            let _ = envelope::open(data, "f", WAL_NAME, Some(wal_key()), envelope::MAX_LEN);
         }
         "listing" => {
             // Object names a listing returns: WAL files and repository ids.

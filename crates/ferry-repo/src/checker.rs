@@ -2,7 +2,7 @@
 //! indexed, every indexed pack present with the right size; with `--read-data`, every pack
 //! read whole, checked against its name, and every blob in it decrypted and checked.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
@@ -234,11 +234,7 @@ pub async fn check_reading(repo: &Repo, read: ReadData) -> Result<Report> {
     r.packs = index.packs().len();
     r.blobs = index.len();
 
-    let listing = repo.remote().list(&repo.path("data/")).await?;
-    let stored: HashMap<Id, u64> = listing
-        .iter()
-        .filter_map(|o| Some((Id::parse(o.key.rsplit('/').next()?)?, o.size)))
-        .collect();
+    let stored = repo.stored_packs().await?;
     let by_pack = index.by_pack();
     let indexed: HashSet<Id> = index.packs().iter().copied().collect();
     // Sizes from each pack's own listing: a blob also stored in another pack (a prune cut

@@ -74,9 +74,43 @@ impl Index {
         }));
     }
 
-    /// Sorts for lookups; a blob stored twice keeps one location.
+    /// True when some blob is listed at two different places (two packs, or two offsets):
+    /// two backups that stored the same chunk at once, a prune cut short, or an index file
+    /// put back after a prune removed it, naming a pack that is gone.
+    pub fn conflicts(&mut self) -> bool {
+        self.sort_preferring(|_| true);
+        self.blobs.windows(2).any(|w| {
+            w[0].0 == w[1].0 && (w[0].1.pack, w[0].1.offset) != (w[1].1.pack, w[1].1.offset)
+        })
+    }
+
+    /// Sorts for lookups; a blob stored twice keeps one location, the same whatever order
+    /// the index files were read in.
     pub fn finish(&mut self) {
-        self.blobs.sort_unstable_by_key(|(id, _)| *id);
+        self.finish_preferring(|_| true);
+    }
+
+    /// [`Index::finish`], keeping for a blob stored twice a location that `stored` (each
+    /// pack the store holds, with its size) holds whole, where there is one: reads then go
+    /// to a copy that exists, whatever a planted index file says of another.
+    pub fn finish_stored(&mut self, stored: &HashMap<Id, u64>) {
+        let sizes: Vec<Option<u64>> = self.packs.iter().map(|p| stored.get(p).copied()).collect();
+        self.finish_preferring(|l| {
+            sizes[l.pack as usize]
+                .is_some_and(|size| u64::from(l.offset) + u64::from(l.len) <= size)
+        });
+    }
+
+    /// Sorts by id; of a blob's locations, those `held` says are there come first, then by
+    /// pack id and offset.
+    fn sort_preferring(&mut self, held: impl Fn(&Loc) -> bool) {
+        let packs = &self.packs;
+        self.blobs
+            .sort_unstable_by_key(|(id, l)| (*id, !held(l), packs[l.pack as usize], l.offset));
+    }
+
+    fn finish_preferring(&mut self, held: impl Fn(&Loc) -> bool) {
+        self.sort_preferring(held);
         self.blobs.dedup_by_key(|(id, _)| *id);
         self.blobs.shrink_to_fit();
         self.pack_no = HashMap::new();
@@ -237,5 +271,47 @@ mod tests {
         assert_eq!(idx.len(), 2, "blob 1 has one location");
         let listed: Vec<_> = idx.listed().collect();
         assert_eq!(listed, vec![(old, 2, 150), (new, 1, 100)]);
+    }
+
+    /// Of a blob's two places, the one kept does not depend on the order index files were
+    /// read in; given the store's packs, it is one the store holds whole (not a pack that is
+    /// gone, nor an offset past a real pack's end).
+    #[test]
+    fn a_blob_stored_twice_keeps_a_place_the_store_holds() {
+        let (gone, real, short) = (Id([1; 32]), Id([2; 32]), Id([3; 32]));
+        let build = |order: &[Id]| {
+            let mut idx = Index::default();
+            for p in order {
+                let off = if *p == short { 900 } else { 0 };
+                idx.add_pack(*p, &[entry(7, off, 100)]);
+            }
+            idx
+        };
+        let mut a = build(&[gone, real, short]);
+        let mut b = build(&[short, real, gone]);
+        assert!(a.conflicts() && b.conflicts());
+        a.finish();
+        b.finish();
+        let at = |idx: &Index| idx.pack(idx.get(&Id([7; 32])).unwrap().pack);
+        assert_eq!(at(&a), at(&b), "depends on the order");
+        assert_eq!(
+            at(&a),
+            gone,
+            "the smallest pack id, when nothing else is known"
+        );
+        let stored = HashMap::from([(real, 150), (short, 950)]);
+        for order in [
+            [gone, real, short],
+            [short, real, gone],
+            [real, gone, short],
+        ] {
+            let mut idx = build(&order);
+            idx.finish_stored(&stored);
+            assert_eq!(at(&idx), real, "{order:?}");
+        }
+        let mut one = Index::default();
+        one.add_pack(real, &[entry(7, 0, 100)]);
+        one.add_pack(real, &[entry(7, 0, 100)]);
+        assert!(!one.conflicts(), "the same place twice is no conflict");
     }
 }

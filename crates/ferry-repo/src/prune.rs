@@ -66,11 +66,7 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
             "refusing to prune a damaged repository (run check): {e}"
         )));
     }
-    let listing = repo.remote().list(&repo.path("data/")).await?;
-    let sizes: HashMap<Id, u64> = listing
-        .iter()
-        .filter_map(|o| Some((Id::parse(o.key.rsplit('/').next()?)?, o.size)))
-        .collect();
+    let sizes = repo.stored_packs().await?;
 
     let mut out = Pruned::default();
     let mut keep: Vec<(Id, Vec<Entry>)> = Vec::new();

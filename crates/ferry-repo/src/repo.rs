@@ -1,6 +1,7 @@
 //! The repository on a store: the format marker, key files, and encrypted files (config,
 //! index, snapshots, locks) named by the BLAKE3 of their stored bytes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use ferry_transfer::{buffer, Error, NoProgress, Remote, Result};
@@ -534,8 +535,21 @@ impl Repo {
                 Err(e) => errors.push(e),
             }
         }
-        idx.finish();
+        // Only then is the store's listing of packs worth its requests.
+        match idx.conflicts() {
+            true => idx.finish_stored(&self.stored_packs().await?),
+            false => idx.finish(),
+        }
         Ok((idx, good, errors))
+    }
+
+    /// Every pack the store holds, with its size.
+    pub async fn stored_packs(&self) -> Result<HashMap<Id, u64>> {
+        let listing = self.remote.list(&self.path("data/")).await?;
+        Ok(listing
+            .iter()
+            .filter_map(|o| Some((Id::parse(o.key.rsplit('/').next()?)?, o.size)))
+            .collect())
     }
 }
 

@@ -805,8 +805,9 @@ async fn repair_index_changes_nothing_when_reads_fail() {
 }
 
 /// A password holder (an append-only client) plants index files that place every blob in
-/// packs the store lacks: whichever copy the index keeps, prune deletes no real pack, and
-/// once `repair index` rebuilt the index from the packs, the honest snapshot restores whole.
+/// packs the store lacks (as an index file put back after a prune would): the index keeps
+/// the copies the store holds, so the honest snapshot restores whole at once, prune runs and
+/// deletes no real pack, and `repair index` leaves a repository that checks clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_files_naming_packs_the_store_lacks_decide_nothing() {
     use ferry_repo::crypto::Kind;
@@ -835,19 +836,17 @@ async fn index_files_naming_packs_the_store_lacks_decide_nothing() {
             .unwrap();
     }
     let before = packs(&store);
-    // Where the index kept a planted copy, prune refuses; where it kept the real one, it
-    // has nothing to delete: never a real pack deleted.
-    let _ = prune::prune(repo.clone(), false).await;
-    assert_eq!(packs(&store), before, "a real pack went");
-    ferry_repo::repair::repair_index(repo.clone())
-        .await
-        .unwrap();
     let (_t, target) = scratch_with_src();
     restore_all(&repo, &honest.snapshot, &target).await.unwrap();
     assert_eq!(
         std::fs::read(restored(&target, &src).join("f")).unwrap(),
         data
     );
+    prune::prune(repo.clone(), false).await.unwrap();
+    assert_eq!(packs(&store), before, "a real pack went");
+    ferry_repo::repair::repair_index(repo.clone())
+        .await
+        .unwrap();
     let report = checker::check(&repo, true).await.unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
 }

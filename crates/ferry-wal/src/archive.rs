@@ -136,12 +136,6 @@ impl Archive {
         }
     }
 
-    /// A whole object, refused unread when the store says it is larger than any WAL file
-    /// can be stored as (a hostile store must not make a fetch allocate what it claims).
-    async fn read_all(&self, key: &str) -> Result<Vec<u8>> {
-        self.store.read(key, envelope::MAX_OBJECT).await
-    }
-
     /// A small plaintext record (`cluster.json`, a gap): a few hundred bytes, read up to
     /// 64 KiB, not up to a WAL file's bound.
     async fn read_record(&self, key: &str) -> Result<Vec<u8>> {
@@ -335,13 +329,23 @@ impl Archive {
 
     /// The original bytes of `name`, checked against their checksum (and decrypted);
     /// `NotFound` when the archive does not hold it.
+    /// A segment is bounded by the cluster's segment size once [`Archive::cluster`] has read
+    /// it (the prefetch agent does, first): each of the agent's fetches in flight then holds
+    /// at most about twice that, not a GiB of whatever was planted at the name.
     pub async fn fetch(&self, name: &WalName) -> Result<Vec<u8>> {
         let key = self.key(&name.key());
-        let obj = self.read_all(&key).await?;
+        let max_len = match (name.kind(), self.cluster.get()) {
+            (Kind::Segment | Kind::Partial, Some(c)) => c.seg_size,
+            _ => envelope::MAX_LEN,
+        };
+        let obj = self
+            .store
+            .read(&key, envelope::object_bound(max_len))
+            .await?;
         let what = format!("{}/wal/{}", self.url(), name.key());
         let (wal_key, file) = (self.key.clone(), name.to_string());
         let (header, data) = tokio::task::spawn_blocking(move || {
-            envelope::open(&obj, &what, &file, wal_key.as_ref())
+            envelope::open(&obj, &what, &file, wal_key.as_ref(), max_len)
         })
         .await
         .map_err(|e| Error::Permanent(format!("decompress: {e}")))??;

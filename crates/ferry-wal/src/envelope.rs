@@ -35,11 +35,16 @@ const TAG_LEN: usize = 16;
 /// Larger than any WAL file PostgreSQL writes (segments are at most 1 GiB): a header that
 /// claims more is corrupt, and must not make a fetch allocate it.
 pub const MAX_LEN: u64 = 1 << 30;
-/// The largest object a WAL file can be stored as: [`MAX_LEN`] with zstd's worst case
-/// (a few bytes per 128 KiB block) and the envelope around it. A larger object is refused
-/// before a byte of it is read.
-pub const MAX_OBJECT: u64 =
-    HEADER_LEN as u64 + NONCE_LEN as u64 + TAG_LEN as u64 + MAX_LEN + MAX_LEN / 128 + (1 << 20);
+/// The largest object a WAL file can be stored as: [`MAX_LEN`] in its envelope. A larger
+/// object is refused before a byte of it is read.
+pub const MAX_OBJECT: u64 = object_bound(MAX_LEN);
+
+/// The largest object a WAL file of at most `len` bytes is stored as: `len` with zstd's worst
+/// case (a few bytes per 128 KiB block; a push stores the original when zstd does not shrink
+/// it) and the envelope around it.
+pub const fn object_bound(len: u64) -> u64 {
+    HEADER_LEN as u64 + NONCE_LEN as u64 + TAG_LEN as u64 + len + len / 128 + (1 << 20)
+}
 /// The context under which a repository derives the WAL archive's secret from its master key
 /// (`MasterKey::subkey`); docs/wal.md names it. Changing it orphans every encrypted segment.
 pub const KEY_CONTEXT: &str = "ferry wal v1";
@@ -277,9 +282,20 @@ pub fn seal(
 /// Unwraps an archived object, the WAL file `name`, and checks it against its header: the
 /// original bytes, or an error naming `what`. An encrypted object needs `key`; given a key,
 /// a plaintext object is refused: anyone who can write the store could have put it there,
-/// and nothing authenticates it (a downgrade).
-pub fn open(obj: &[u8], what: &str, name: &str, key: Option<&WalKey>) -> Result<(Header, Vec<u8>)> {
+/// and nothing authenticates it (a downgrade). A header that claims more than `max_len`
+/// bytes (the cluster's segment size, for a segment) is refused before anything is
+/// decrypted or decompressed.
+pub fn open(
+    obj: &[u8], what: &str, name: &str, key: Option<&WalKey>, max_len: u64,
+) -> Result<(Header, Vec<u8>)> {
     let header = Header::parse(obj, what)?;
+    if header.len > max_len {
+        return Err(Error::Checksum(format!(
+            "{what}: corrupted in the archive: its header claims {} bytes, more than the {max_len} \
+             such a file holds",
+            header.len
+        )));
+    }
     let rest = &obj[HEADER_LEN..];
     let opened;
     let payload = match header.cipher {
@@ -363,7 +379,7 @@ mod tests {
         for data in samples() {
             let (h, obj) = seal(&data, 1, NAME, None).unwrap();
             assert!(obj.len() <= HEADER_LEN + data.len());
-            let (h2, back) = open(&obj, "x", NAME, None).unwrap();
+            let (h2, back) = open(&obj, "x", NAME, None, MAX_LEN).unwrap();
             assert_eq!((h, back), (h2, data));
         }
     }
@@ -381,7 +397,7 @@ mod tests {
             if data.len() >= 64 {
                 assert!(!obj.windows(64).any(|w| w == &data[..64]));
             }
-            let (h2, back) = open(&obj, "x", NAME, Some(&k)).unwrap();
+            let (h2, back) = open(&obj, "x", NAME, Some(&k), MAX_LEN).unwrap();
             assert_eq!((h, back), (h2, data));
         }
     }
@@ -413,17 +429,24 @@ mod tests {
     fn wrong_key_other_name_or_no_key_is_refused() {
         let data = b"0123456789abcdef".repeat(64);
         let (_, obj) = seal(&data, 1, NAME, Some(&key(1))).unwrap();
-        let e = open(&obj, "x", NAME, Some(&key(2))).unwrap_err();
+        let e = open(&obj, "x", NAME, Some(&key(2)), MAX_LEN).unwrap_err();
         assert!(e.to_string().contains("does not decrypt"), "{e}");
-        let e = open(&obj, "x", "000000010000000000000004", Some(&key(1))).unwrap_err();
+        let e = open(
+            &obj,
+            "x",
+            "000000010000000000000004",
+            Some(&key(1)),
+            MAX_LEN,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("does not decrypt"), "{e}");
-        let e = open(&obj, "x", NAME, None).unwrap_err();
+        let e = open(&obj, "x", NAME, None, MAX_LEN).unwrap_err();
         assert!(e.to_string().contains("is encrypted"), "{e}");
         // A plaintext object is refused when a key is given: nothing authenticates it.
         let (_, plain) = seal(&data, 1, NAME, None).unwrap();
-        let e = open(&plain, "x", NAME, Some(&key(1))).unwrap_err();
+        let e = open(&plain, "x", NAME, Some(&key(1)), MAX_LEN).unwrap_err();
         assert!(e.to_string().contains("unencrypted"), "{e}");
-        assert_eq!(open(&plain, "x", NAME, None).unwrap().1, data);
+        assert_eq!(open(&plain, "x", NAME, None, MAX_LEN).unwrap().1, data);
     }
 
     #[test]
@@ -436,18 +459,18 @@ mod tests {
                 let mut bad = obj.clone();
                 bad[i] ^= 0x10;
                 // A flip may be harmless (a zstd frame flag), but never yields other bytes.
-                if let Ok((_, back)) = open(&bad, "x", NAME, key) {
+                if let Ok((_, back)) = open(&bad, "x", NAME, key, MAX_LEN) {
                     assert!(key.is_none(), "flip at {i} passed the AEAD");
                     assert_eq!(back, data, "flip at {i} changed the content unnoticed");
                 }
                 if i < HEADER_LEN {
                     assert!(
-                        open(&bad, "x", NAME, key).is_err(),
+                        open(&bad, "x", NAME, key, MAX_LEN).is_err(),
                         "header flip at {i} went unnoticed"
                     );
                 }
             }
-            assert!(open(&obj[..obj.len() - 1], "x", NAME, key).is_err());
+            assert!(open(&obj[..obj.len() - 1], "x", NAME, key, MAX_LEN).is_err());
         }
     }
 }

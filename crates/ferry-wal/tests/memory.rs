@@ -475,3 +475,54 @@ fn acks_of_an_agent_for_another_archive_are_not_taken() {
     assert_eq!(started, 1, "the old archive's ack was taken");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Once the cluster's segment size is known (the prefetch agent reads it first), a segment
+/// is bounded by it, not by the GiB any WAL file may hold: an object planted at the next
+/// segment's name that is larger than a segment can be stored as is refused unread, and one
+/// whose header claims more than a segment is refused before it is decompressed. Each of
+/// the agent's fetches in flight so holds about a segment, whatever was planted.
+#[tokio::test]
+async fn a_segment_is_bounded_by_the_clusters_segment_size() {
+    let store = Arc::new(MemoryStore::new());
+    let (n1, n2, n3) = (
+        name("000000010000000000000001"),
+        name("000000010000000000000002"),
+        name("000000010000000000000003"),
+    );
+    archive(&store, None)
+        .push(&n1, segment(&n1, SYSTEM_ID, 1))
+        .await
+        .unwrap();
+    // A new process, as the agent is: it reads cluster.json, then fetches.
+    let a = archive(&store, None);
+    assert_eq!(a.cluster().await.unwrap().unwrap().seg_size, SEG);
+    let big = Bytes::from(vec![0u8; envelope::object_bound(SEG) as usize + 1]);
+    store
+        .put(&object_key(&n2), big, &Meta::new())
+        .await
+        .unwrap();
+    let got = a.fetch(&n2).await;
+    assert!(
+        matches!(&got, Err(Error::Checksum(m)) if m.contains("more than")),
+        "{:?}",
+        got.as_ref().map(Vec::len)
+    );
+    // Four segments of zeros compress to almost nothing: the object is small, its header
+    // claims 4 MiB.
+    let (_, obj) = envelope::seal(&vec![0u8; 4 * SEG as usize], 3, n3.as_str(), None).unwrap();
+    assert!((obj.len() as u64) < SEG);
+    store
+        .put(&object_key(&n3), Bytes::from(obj.clone()), &Meta::new())
+        .await
+        .unwrap();
+    let got = a.fetch(&n3).await;
+    assert!(
+        matches!(&got, Err(Error::Checksum(m)) if m.contains("claims")),
+        "{:?}",
+        got.as_ref().map(Vec::len)
+    );
+    // Without the cluster's record the same object opens (a history file may be that
+    // large): what refused it above was the segment size.
+    let (_, data) = envelope::open(&obj, "x", n3.as_str(), None, envelope::MAX_LEN).unwrap();
+    assert_eq!(data.len() as u64, 4 * SEG);
+}
