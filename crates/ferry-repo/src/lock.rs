@@ -393,13 +393,16 @@ pub struct Unlocked {
     pub remove_all: bool,
 }
 
-/// Removes the locks whose holder is gone (by the rule conflicting locks are ignored by:
-/// a dead process of this host, or no refresh for 30 minutes), or with `remove_all` every
-/// lock, live ones too, as restic's `unlock` does. Takes no lock itself.
-pub async fn unlock(repo: &Repo, remove_all: bool) -> Result<Unlocked> {
+/// Removes the locks whose holder is gone, or with `remove_all` every lock, live ones too,
+/// as restic's `unlock` does. Takes no lock itself. Gone is the rule conflicting locks are
+/// judged by (`t`: [`TIMING`] but in tests): a dead process of this host at once; a lock
+/// not refreshed for `t.stale` by this host's clock only after watching it for a refresh
+/// interval and a fifth more, in which a live holder writes a new lock (this host's clock
+/// is then ahead of its, and the lock is kept).
+pub async fn unlock(repo: &Repo, remove_all: bool, t: Timing) -> Result<Unlocked> {
     use futures::StreamExt;
     let ids = repo.list_ids("locks").await?;
-    let read: Vec<(Id, Result<Vec<u8>>)> = futures::stream::iter(ids)
+    let read: Vec<(Id, Result<Vec<u8>>)> = futures::stream::iter(ids.clone())
         .map(|id| async move { (id, repo.load_file(Kind::Lock, &id).await) })
         .buffer_unordered(crate::repo::READ_AHEAD)
         .collect()
@@ -408,6 +411,7 @@ pub async fn unlock(repo: &Repo, remove_all: bool) -> Result<Unlocked> {
         remove_all,
         ..Default::default()
     };
+    let mut watch = Vec::new();
     for (id, body) in read {
         let info = body.and_then(|b| {
             serde_json::from_slice::<LockInfo>(&b).map_err(|e| Error::Checksum(e.to_string()))
@@ -426,21 +430,59 @@ pub async fn unlock(repo: &Repo, remove_all: bool) -> Result<Unlocked> {
                 id,
                 exclusive: l.exclusive,
                 age: now().saturating_sub(l.time),
-                stale: stale(&l, TIMING.stale),
+                stale: stale(&l, t.stale),
                 hostname: l.hostname,
                 pid: l.pid,
             },
         };
-        if remove_all || state.stale.is_some() {
-            gone(repo.delete_file("locks", &id).await)?;
-            out.removed.push(state);
-        } else {
-            out.kept.push(state);
+        match (remove_all, &state.stale) {
+            (false, None) => out.kept.push(state),
+            (false, Some(_)) if !died_here_state(&state) => watch.push(state),
+            _ => {
+                gone(repo.delete_file("locks", &id).await)?;
+                out.removed.push(state);
+            }
+        }
+    }
+    if !watch.is_empty() {
+        let wait = t.refresh + t.refresh / 5;
+        tracing::info!(
+            "{} locks not refreshed for {} minutes by this host's clock: watching them for {} s \
+             (--remove-all removes every lock at once)",
+            watch.len(),
+            t.stale.as_secs() / 60,
+            wait.as_secs()
+        );
+        tokio::time::sleep(wait).await;
+        let newer = others(repo, &ids).await?;
+        for state in watch {
+            let alive = newer
+                .iter()
+                .any(|(_, l)| l.hostname == state.hostname && l.pid == state.pid);
+            if alive {
+                out.kept.push(LockState {
+                    stale: None,
+                    ..state
+                });
+            } else {
+                gone(repo.delete_file("locks", &state.id).await)?;
+                out.removed.push(state);
+            }
         }
     }
     out.removed.sort_by_key(|l| (l.age, l.id));
     out.kept.sort_by_key(|l| (l.age, l.id));
     Ok(out)
+}
+
+/// [`died_here`] of a lock as `unlock` reports it.
+fn died_here_state(s: &LockState) -> bool {
+    died_here(&LockInfo {
+        exclusive: s.exclusive,
+        hostname: s.hostname.clone(),
+        pid: s.pid,
+        time: 0,
+    })
 }
 
 /// A lock file already gone (its holder released it meanwhile) is as good as removed.

@@ -101,3 +101,46 @@ async fn a_lock_nobody_refreshes_is_dead_once_watched() {
     assert!(e.to_string().contains("is locked"), "{e}");
     live.release().await.unwrap();
 }
+
+/// `unlock` judges by the same rule: a lock that looks an hour old by its clock is watched
+/// first. The one of a live backup on a host an hour behind is refreshed meanwhile and
+/// kept; the one nobody refreshes is removed; a live lock of this clock is kept unwatched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_removes_a_lock_that_looks_old_only_once_watched() {
+    let (_store, repo) = repo().await;
+    let hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 3600;
+    let dead = serde_json::json!({"exclusive": false, "hostname": "another-host", "pid": 1,
+        "time": hour_ago});
+    repo.save_file(Kind::Lock, &serde_json::to_vec(&dead).unwrap())
+        .await
+        .unwrap();
+    let behind = Timing {
+        skew: -3600,
+        refresh: FAST.refresh / 4,
+        ..FAST
+    };
+    let (backup, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), behind)
+        .await
+        .unwrap();
+    let (now, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), FAST)
+        .await
+        .unwrap();
+    let u = ferry_repo::lock::unlock(&repo, false, FAST).await.unwrap();
+    let hosts = |v: &[ferry_repo::lock::LockState]| {
+        v.iter().map(|l| l.hostname.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(hosts(&u.removed), ["another-host"], "{u:?}");
+    assert_eq!(u.kept.len(), 2, "{u:?}");
+    assert!(u.kept.iter().all(|l| l.stale.is_none()), "{u:?}");
+    // Both holders still hold: a prune is refused.
+    let e = Lock::acquire_timed(repo.clone(), true, nothing(), FAST)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("is locked"), "{e}");
+    backup.release().await.unwrap();
+    now.release().await.unwrap();
+}

@@ -47,7 +47,7 @@ pub async fn tag(args: &TagArgs, ctx: &mut Ctx) -> Result<()> {
 pub async fn unlock(args: &UnlockArgs, ctx: &mut Ctx) -> Result<()> {
     let (g, stores, out) = ctx.parts();
     let repo = open(g, stores).await?;
-    let u = ferry_repo::lock::unlock(&repo, args.remove_all).await?;
+    let u = ferry_repo::lock::unlock(&repo, args.remove_all, ferry_repo::lock::TIMING).await?;
     if out.json {
         println!("{}", serde_json::to_string(&u)?);
         return Ok(());
