@@ -1,9 +1,11 @@
 //! Connecting the way libpq does: a conninfo string or URL, with `PGHOST`, `PGPORT`,
-//! `PGUSER`, `PGDATABASE` and `PGPASSWORD` filling in what it leaves out.
+//! `PGUSER`, `PGDATABASE` and `PGPASSWORD` filling in what it leaves out, and the password
+//! file (`PGPASSFILE`, `~/.pgpass`) when nothing gave a password.
 
 use ferry_transfer::{Error, Result};
 use tokio_postgres::{Client, Config};
 
+use crate::passfile;
 use crate::tls::{self, Tls};
 
 /// The configuration `conninfo` (may be empty) and the environment give, and its TLS
@@ -42,7 +44,16 @@ pub fn config(conninfo: &str) -> Result<(Config, Tls)> {
         c.dbname(&db);
     }
     if c.get_password().is_none() {
-        if let Some(pw) = env("PGPASSWORD") {
+        let from_file = || {
+            let host = match c.get_hosts().first()? {
+                tokio_postgres::config::Host::Tcp(h) => h.clone(),
+                tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+            };
+            let port = c.get_ports().first().copied().unwrap_or(5432);
+            let (db, user) = (c.get_dbname()?, c.get_user()?);
+            passfile::lookup(&passfile::path()?, &host, port, db, user)
+        };
+        if let Some(pw) = env("PGPASSWORD").or_else(from_file) {
             c.password(pw);
         }
     }

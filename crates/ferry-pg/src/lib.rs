@@ -16,6 +16,7 @@ pub mod expire;
 pub mod info;
 pub mod layout;
 pub mod lsn;
+pub mod passfile;
 pub mod record;
 pub mod restore;
 pub mod tablespace;

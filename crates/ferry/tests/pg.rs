@@ -765,6 +765,59 @@ fn pg_backup_over_tls_checks_the_server_as_libpq_does() {
     refused(&format!("{tcp} sslmode=verify-ca"), "root certificate");
 }
 
+/// With no password given, `pg backup` takes it from the password file as libpq does
+/// (`PGPASSFILE`, lines of host:port:db:user:password), and ignores a file others can read.
+#[test]
+fn pg_backup_takes_its_password_from_the_password_file() {
+    let Some(rig) = rig() else { return };
+    rig.pg
+        .sql("create role archie superuser login password 'from-the-file'");
+    std::fs::write(
+        rig.pg.data_dir().join("pg_hba.conf"),
+        "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n",
+    )
+    .unwrap();
+    rig.pg.reload();
+    std::thread::sleep(Duration::from_millis(500));
+    let port = rig.pg.port();
+    let conninfo = format!("host=127.0.0.1 port={port} user=archie dbname=postgres");
+    let file = rig.pg.dir().join("pgpass");
+    std::fs::write(
+        &file,
+        format!("# ferry's test\nelsewhere:*:*:*:wrong\n127.0.0.1:{port}:postgres:archie:from-the-file\n"),
+    )
+    .unwrap();
+    rig.pg.chown_to_pg(&file);
+    let run = |passfile: &Path| {
+        let passfile = passfile.display().to_string();
+        rig.ferry(
+            &["--json", "pg", "backup", "--conninfo", &conninfo],
+            &[("PGPASSFILE", passfile.as_str())],
+        )
+    };
+    let refused = |o: &std::process::Output| {
+        assert!(!o.status.success());
+        let err = stderr(o);
+        assert!(err.contains("password"), "{err}");
+        assert!(
+            !err.contains("from-the-file"),
+            "the password was printed: {err}"
+        );
+    };
+    refused(&run(&rig.pg.dir().join("no-such-file")));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = run(&file);
+    refused(&o);
+    assert!(
+        stderr(&o).contains("group or world access"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = run(&file);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn pg_check_proves_archiving_works_and_says_what_does_not() {
     // Synchronous: an agent would go on archiving ahead of a broken archive_command.
