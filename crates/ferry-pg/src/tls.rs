@@ -1,7 +1,9 @@
 //! TLS to PostgreSQL as libpq does it: `sslmode` (`disable`, `allow`, `prefer`, `require`,
-//! `verify-ca`, `verify-full`) and `sslrootcert`, from the connection string or `PGSSLMODE`
-//! and `PGSSLROOTCERT`. tokio-postgres knows only disable/prefer/require and no root
-//! certificate, so both are taken out of the string here and enforced by the rustls verifier.
+//! `verify-ca`, `verify-full`), `sslrootcert`, and the client certificate `sslcert` with its
+//! key `sslkey`, from the connection string or `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT` and
+//! `PGSSLKEY` (the certificate by default `~/.postgresql/postgresql.crt` when it exists).
+//! tokio-postgres knows only disable/prefer/require, no root certificate and no client
+//! certificate, so they are taken out of the string here and handed to rustls.
 //!
 //! As in libpq: `prefer` (the default) and `require` encrypt without checking whose
 //! certificate it is, unless a root certificate is given (or `~/.postgresql/root.crt`
@@ -17,7 +19,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -46,7 +48,13 @@ pub struct Tls {
     pub mode: Mode,
     /// The root certificate file (`system`: the system's trust store).
     pub root: Option<PathBuf>,
+    /// The client certificate (PEM, the chain) and its key, for servers that ask for one
+    /// (`cert` authentication, `clientcert=verify-full`).
+    pub cert: Option<(PathBuf, PathBuf)>,
 }
+
+/// The settings taken out of a connection string, by key.
+const TAKEN: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
 
 impl Mode {
     fn parse(v: &str) -> Result<Mode> {
@@ -66,45 +74,76 @@ impl Mode {
     }
 }
 
-/// Takes `sslmode` and `sslrootcert` out of `conninfo` (key=value form or URL), falling back
-/// to `PGSSLMODE` and `PGSSLROOTCERT`; returns the rest for tokio-postgres.
+/// Takes `sslmode`, `sslrootcert`, `sslcert` and `sslkey` out of `conninfo` (key=value form
+/// or URL), falling back to `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT` and `PGSSLKEY`; returns
+/// the rest for tokio-postgres. An explicit certificate must exist; the default one is used
+/// when it does.
 pub fn split(conninfo: &str) -> Result<(String, Tls)> {
-    let (rest, mode, root) =
+    let (rest, mut taken) =
         if conninfo.starts_with("postgres://") || conninfo.starts_with("postgresql://") {
             split_url(conninfo)
         } else {
             split_pairs(conninfo)
         };
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let mode = Mode::parse(&mode.or_else(|| env("PGSSLMODE")).unwrap_or("prefer".into()))?;
-    let root = root.or_else(|| env("PGSSLROOTCERT")).map(PathBuf::from);
-    Ok((rest, Tls { mode, root }))
+    let mut get = |k: &str, var: &str| taken.remove(k).or_else(|| env(var));
+    let mode = Mode::parse(&get("sslmode", "PGSSLMODE").unwrap_or("prefer".into()))?;
+    let root = get("sslrootcert", "PGSSLROOTCERT").map(PathBuf::from);
+    let cert = get("sslcert", "PGSSLCERT").map(PathBuf::from);
+    let key = get("sslkey", "PGSSLKEY").map(PathBuf::from);
+    let home = || env("HOME").map(|h| Path::new(&h).join(".postgresql"));
+    let cert = match cert {
+        Some(c) if !c.exists() => {
+            return Err(Error::Invalid(format!(
+                "sslcert {}: no such file",
+                c.display()
+            )))
+        }
+        Some(c) => Some(c),
+        None => home()
+            .map(|d| d.join("postgresql.crt"))
+            .filter(|c| c.exists()),
+    };
+    let cert = cert.map(|c| {
+        let key = key
+            .or_else(|| home().map(|d| d.join("postgresql.key")))
+            .unwrap_or_else(|| c.with_extension("key"));
+        (c, key)
+    });
+    Ok((rest, Tls { mode, root, cert }))
 }
 
-type Split = (String, Option<String>, Option<String>);
+type Split = (String, std::collections::HashMap<&'static str, String>);
+
+/// The [`TAKEN`] key named `k`, if it is one.
+fn taken(k: &str) -> Option<&'static str> {
+    TAKEN.iter().copied().find(|t| *t == k)
+}
 
 fn split_url(url: &str) -> Split {
+    let mut out = std::collections::HashMap::new();
     let Some((base, query)) = url.split_once('?') else {
-        return (url.to_string(), None, None);
+        return (url.to_string(), out);
     };
-    let (mut mode, mut root, mut keep) = (None, None, Vec::new());
+    let mut keep = Vec::new();
     for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some(("sslmode", v)) => mode = Some(v.to_string()),
-            Some(("sslrootcert", v)) => root = Some(v.replace("%2F", "/").replace("%2f", "/")),
-            _ => keep.push(pair),
+        match pair.split_once('=').and_then(|(k, v)| Some((taken(k)?, v))) {
+            Some((k, v)) => {
+                out.insert(k, v.replace("%2F", "/").replace("%2f", "/"));
+            }
+            None => keep.push(pair),
         }
     }
     let rest = match keep.is_empty() {
         true => base.to_string(),
         false => format!("{base}?{}", keep.join("&")),
     };
-    (rest, mode, root)
+    (rest, out)
 }
 
 /// key=value pairs, values plain or single-quoted with backslash escapes, as libpq reads them.
 fn split_pairs(s: &str) -> Split {
-    let (mut mode, mut root, mut keep) = (None, None, Vec::new());
+    let (mut out, mut keep) = (std::collections::HashMap::new(), Vec::new());
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -136,14 +175,15 @@ fn split_pairs(s: &str) -> Split {
             }
             value = s[vstart..i].to_string();
         }
-        match key {
-            "" => {}
-            "sslmode" => mode = Some(value),
-            "sslrootcert" => root = Some(value),
+        match (key, taken(key)) {
+            ("", _) => {}
+            (_, Some(k)) => {
+                out.insert(k, value);
+            }
             _ => keep.push(s[start..i.min(s.len())].to_string()),
         }
     }
-    (keep.join(" "), mode, root)
+    (keep.join(" "), out)
 }
 
 impl Tls {
@@ -195,8 +235,16 @@ impl Tls {
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Invalid(format!("TLS: {e}")))?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(verifier);
+        let config = match &self.cert {
+            None => config.with_no_client_auth(),
+            Some((cert, key)) => {
+                let (chain, key) = client_cert(cert, key)?;
+                config
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| Error::Invalid(format!("sslcert {}: {e}", cert.display())))?
+            }
+        };
         Ok(MakeRustlsConnect::new(config))
     }
 }
@@ -206,6 +254,35 @@ enum Check {
     Nothing,
     Chain,
     Full,
+}
+
+/// The client certificate chain in `cert` and its private key in `key` (PEM). As libpq, a
+/// key that others may read is refused: 0600 or less, or 0640 when root owns it.
+fn client_cert(
+    cert: &Path, key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
+        Error::Invalid(format!("{what} {}: {e}", p.display()))
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| bad("sslcert", cert, &e))?
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad("sslcert", cert, &e))?;
+    if chain.is_empty() {
+        return Err(bad("sslcert", cert, &"no certificate in it"));
+    }
+    let meta = std::fs::metadata(key).map_err(|e| bad("sslkey", key, &e))?;
+    let allowed = if meta.uid() == 0 { 0o037 } else { 0o077 };
+    if !meta.is_file() || meta.mode() & allowed != 0 {
+        return Err(bad(
+            "sslkey",
+            key,
+            &"not a plain file, or has group or world access (chmod 0600 it, as libpq wants)",
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("sslkey", key, &e))?;
+    Ok((chain, key))
 }
 
 /// The trust anchors in `path` (PEM), or the system's for `system`.
@@ -293,5 +370,15 @@ mod tests {
         assert_eq!(t.mode, Mode::VerifyCa);
         assert_eq!(t.root.as_deref(), Some(Path::new("/ca.pem")));
         assert!(split("host=h sslmode=bogus").is_err());
+        let here = std::env::current_exe().unwrap();
+        let (rest, t) = split(&format!(
+            "host=h sslcert={} sslkey=/k user=u",
+            here.display()
+        ))
+        .unwrap();
+        assert_eq!(rest, "host=h user=u");
+        assert_eq!(t.cert, Some((here.clone(), PathBuf::from("/k"))));
+        let e = split("postgres://u@h/db?sslcert=%2Fno%2Fsuch.crt").unwrap_err();
+        assert!(e.to_string().contains("no such file"), "{e}");
     }
 }

@@ -696,11 +696,58 @@ fn certificates(dir: &Path) {
         std::fs::Permissions::from_mode(0o600),
     )
     .unwrap();
+    // The client's, for user postgres (cert authentication maps the CN to the user).
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=postgres",
+            "-keyout",
+            "client.key",
+            "-out",
+            "client.csr",
+        ],
+    );
+    // Extensions make it X.509 v3, as every real one is (rustls takes no v1).
+    std::fs::write(dir.join("client-ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-extfile",
+            "client-ext",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "client.crt",
+        ],
+    );
+    std::fs::set_permissions(
+        dir.join("client.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
 }
 
 /// `pg backup` speaks TLS as libpq does: `require` refuses a server without TLS; with TLS
 /// the only way in (hostssl), `verify-full` takes the right CA and refuses another CA and
-/// a host name the certificate does not hold, which `verify-ca` forgives.
+/// a host name the certificate does not hold, which `verify-ca` forgives; a server that
+/// admits by client certificate takes `sslcert`/`sslkey`, and a key others can read is
+/// refused.
 #[test]
 fn pg_backup_over_tls_checks_the_server_as_libpq_does() {
     let Some(rig) = rig() else { return };
@@ -763,6 +810,35 @@ fn pg_backup_over_tls_checks_the_server_as_libpq_does() {
         at("ca.crt")
     ));
     refused(&format!("{tcp} sslmode=verify-ca"), "root certificate");
+
+    // A server that admits by client certificate: without one refused, with one in.
+    rig.pg
+        .append_conf(&[&format!("ssl_ca_file = '{}'", at("ca.crt"))]);
+    std::fs::write(
+        rig.pg.data_dir().join("pg_hba.conf"),
+        "local all all trust\nhostssl all all 127.0.0.1/32 cert\n",
+    )
+    .unwrap();
+    rig.pg.reload();
+    std::thread::sleep(Duration::from_millis(500));
+    let verified = format!("{tcp} sslmode=verify-full sslrootcert={}", at("ca.crt"));
+    refused(&verified, "certificate");
+    let with_cert = format!(
+        "{verified} sslcert={} sslkey={}",
+        at("client.crt"),
+        at("client.key")
+    );
+    ok(&with_cert);
+    refused(
+        &format!("{verified} sslcert={}", at("missing.crt")),
+        "no such file",
+    );
+    std::fs::set_permissions(
+        dir.join("client.key"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    refused(&with_cert, "group or world access");
 }
 
 /// With no password given, `pg backup` takes it from the password file as libpq does
