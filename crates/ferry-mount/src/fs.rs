@@ -17,6 +17,7 @@ use fuser::{
 
 use crate::content::Blobs;
 use crate::inodes::{entry_name, node_inode, Entries, Inode, What};
+use crate::table::Table;
 
 /// Nothing in a snapshot changes: the kernel may keep what it was told.
 const TTL: Duration = Duration::from_secs(3600);
@@ -26,8 +27,8 @@ pub(crate) struct RepoFs {
     pub(crate) repo: Arc<Repo>,
     pub(crate) index: Arc<Index>,
     pub(crate) rt: tokio::runtime::Handle,
-    pub(crate) inodes: Mutex<Vec<Arc<Inode>>>,
-    /// Past this many inodes, directories not listed yet fail with ENOMEM.
+    pub(crate) inodes: Mutex<Table>,
+    /// Past this many inodes held, directories not listed yet fail with ENOMEM.
     pub(crate) max_inodes: usize,
     /// The bound was said once.
     pub(crate) warned: AtomicBool,
@@ -36,26 +37,23 @@ pub(crate) struct RepoFs {
 
 impl RepoFs {
     fn get(&self, ino: INodeNo) -> Option<Arc<Inode>> {
-        let i = u64::from(ino).checked_sub(1)? as usize;
-        self.inodes.lock().expect("inodes").get(i).cloned()
+        self.inodes.lock().expect("inodes").get(u64::from(ino))
     }
 
-    /// Adds an inode made by `make` from its number.
+    /// Adds an inode made by `make` from its number: what ferry makes up (never dropped).
     pub(crate) fn add(&self, make: impl FnOnce(u64) -> Inode) -> u64 {
-        let mut t = self.inodes.lock().expect("inodes");
-        let ino = t.len() as u64 + 1;
-        t.push(Arc::new(make(ino)));
-        ino
+        self.inodes.lock().expect("inodes").add(0, make)
     }
 
-    /// The entries of directory `inode`: a snapshot directory's tree is read on first visit
-    /// (entries with names no file can have are left out).
-    fn children(&self, inode: &Inode) -> Result<Arc<Entries>, Errno> {
+    /// The entries of directory `ino` (`inode`): a snapshot directory's tree is read when
+    /// first visited, or again once the kernel forgot it (entries with names no file can
+    /// have are left out).
+    fn children(&self, ino: u64, inode: &Inode) -> Result<Arc<Entries>, Errno> {
         match &inode.what {
             What::Made(c) => Ok(c.clone()),
             What::Tree { id, children } => {
-                if let Some(c) = children.get() {
-                    return Ok(c.clone());
+                if let Some(c) = children.lock().expect("children").clone() {
+                    return Ok(c);
                 }
                 let tree = self
                     .rt
@@ -64,12 +62,13 @@ impl RepoFs {
                         tracing::warn!("tree {}: {e}", id.short());
                         Errno::EIO
                     })?;
-                let held = self.inodes.lock().expect("inodes").len();
-                if held + tree.nodes.len() > self.max_inodes {
+                let mut table = self.inodes.lock().expect("inodes");
+                if table.len() + tree.nodes.len() > self.max_inodes {
                     if !self.warned.swap(true, Ordering::Relaxed) {
                         tracing::warn!(
-                            "more than {} entries visited: directories not listed yet are refused \
-                             (trees that share subtrees, or a mount browsed whole; remount to go on)",
+                            "more than {} entries held: directories not listed yet are refused \
+                             until the kernel forgets some (trees that share subtrees, or a \
+                             mount browsed whole)",
                             self.max_inodes
                         );
                     }
@@ -78,10 +77,21 @@ impl RepoFs {
                 let mut c = BTreeMap::new();
                 for n in tree.nodes {
                     if let Some(name) = entry_name(&n) {
-                        c.insert(name, self.add(|ino| node_inode(ino, n)));
+                        c.insert(name, table.add(ino, |i| node_inode(i, n)));
                     }
                 }
-                Ok(children.get_or_init(|| Arc::new(c.into())).clone())
+                drop(table);
+                let ours: Arc<Entries> = Arc::new(c.into());
+                // One lock at a time: the table's release takes the table's, then these.
+                let kept = {
+                    let mut held = children.lock().expect("children");
+                    held.get_or_insert_with(|| ours.clone()).clone()
+                };
+                if !Arc::ptr_eq(&kept, &ours) {
+                    let made = ours.from(0).iter().map(|(_, c)| *c);
+                    self.inodes.lock().expect("inodes").discard(made);
+                }
+                Ok(kept)
             }
             _ => Err(Errno::ENOTDIR),
         }
@@ -93,15 +103,25 @@ impl Filesystem for RepoFs {
         let Some(dir) = self.get(parent) else {
             return reply.error(Errno::ENOENT);
         };
-        let found = self.children(&dir).map(|c| c.get(name));
+        let found = self.children(u64::from(parent), &dir).map(|c| c.get(name));
         match found {
             Ok(Some(ino)) => match self.get(INodeNo(ino)) {
-                Some(i) => reply.entry(&TTL, &i.attr, Generation(0)),
+                Some(i) => {
+                    self.inodes.lock().expect("inodes").looked_up(ino);
+                    reply.entry(&TTL, &i.attr, Generation(0))
+                }
                 None => reply.error(Errno::ENOENT),
             },
             Ok(None) => reply.error(Errno::ENOENT),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes
+            .lock()
+            .expect("inodes")
+            .forget(u64::from(ino), nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -157,7 +177,7 @@ impl Filesystem for RepoFs {
         let Some(dir) = self.get(ino) else {
             return reply.error(Errno::ENOENT);
         };
-        let children = match self.children(&dir) {
+        let children = match self.children(u64::from(ino), &dir) {
             Ok(c) => c,
             Err(e) => return reply.error(e),
         };

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferry_repo::tree::{Node, NodeKind};
@@ -43,10 +43,11 @@ impl From<BTreeMap<OsString, u64>> for Entries {
 pub(crate) enum What {
     /// A directory ferry makes up, with its entries.
     Made(Arc<Entries>),
-    /// A directory of a snapshot: its tree, listed on first visit.
+    /// A directory of a snapshot: its tree, listed on first visit, and dropped when the
+    /// kernel has forgotten it and them ([`crate::table`]).
     Tree {
         id: Id,
-        children: OnceLock<Arc<Entries>>,
+        children: Mutex<Option<Arc<Entries>>>,
     },
     /// A file of a snapshot.
     File(Arc<Node>),
@@ -117,7 +118,7 @@ pub(crate) fn node_inode(ino: u64, n: Node) -> Inode {
     let what = match (n.kind, n.subtree) {
         (NodeKind::Dir, Some(id)) => What::Tree {
             id,
-            children: OnceLock::new(),
+            children: Mutex::new(None),
         },
         (NodeKind::Dir, None) => What::Made(Arc::default()),
         (NodeKind::File, _) => What::File(Arc::new(n)),

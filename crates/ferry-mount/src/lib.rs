@@ -16,11 +16,12 @@
 mod content;
 mod fs;
 mod inodes;
+mod table;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferry_repo::snapshot::Filter;
@@ -49,7 +50,7 @@ pub async fn mount(repo: Arc<Repo>, filter: &Filter, at: &Path) -> Result<Mounte
         repo,
         index: Arc::new(index),
         rt: tokio::runtime::Handle::current(),
-        inodes: Mutex::new(Vec::new()),
+        inodes: Mutex::new(crate::table::Table::new()),
         max_inodes: max_inodes(),
         warned: Default::default(),
         blobs: Default::default(),
@@ -110,7 +111,7 @@ fn layout(fs: &RepoFs, snaps: &[(Id, Snapshot)]) {
             let ino = fs.add(|ino| Inode {
                 what: What::Tree {
                     id: s.tree,
-                    children: OnceLock::new(),
+                    children: Mutex::new(None),
                 },
                 attr: made_attr(ino, time),
             });
@@ -181,11 +182,13 @@ fn layout(fs: &RepoFs, snaps: &[(Id, Snapshot)]) {
             attr: made_attr(ino, now),
         }),
     );
-    let mut t = fs.inodes.lock().expect("inodes");
-    t[0] = Arc::new(Inode {
-        what: What::Made(Arc::new(top.into())),
-        attr: made_attr(1, now),
-    });
+    fs.inodes.lock().expect("inodes").replace(
+        1,
+        Inode {
+            what: What::Made(Arc::new(top.into())),
+            attr: made_attr(1, now),
+        },
+    );
 }
 
 fn made(ino: u64, now: SystemTime) -> Inode {

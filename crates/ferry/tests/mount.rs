@@ -274,3 +274,63 @@ fn a_hostile_snapshot_costs_errors_not_the_mount() {
     m.stop();
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// The entries of directory `p`, counted; the first error of its listing.
+fn listed(p: &Path) -> std::io::Result<usize> {
+    std::fs::read_dir(p)?.try_fold(0, |n, e| e.map(|_| n + 1))
+}
+
+/// The kernel's `forget` is honoured: past the inode bound, directories not listed yet are
+/// refused, and once the kernel has forgotten what was browsed (its caches dropped), they
+/// list again. A mount browsed whole needs no remount.
+#[test]
+fn directories_the_kernel_forgot_free_their_inodes() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = scratch("mount-forget");
+    let repo = Repo::local(&dir);
+    let src = dir.join("src");
+    for d in 0..12 {
+        let sub = src.join(format!("d{d}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..40 {
+            std::fs::write(sub.join(format!("f{f}")), format!("{d}/{f}")).unwrap();
+        }
+    }
+    repo.ok(&["init"]);
+    repo.ok(&["--json", "backup", src.to_str().unwrap()]);
+    let at = dir.join("mnt");
+    let m = Mount::start_with(&repo, &at, &[("FERRY_MOUNT_MAX_INODES", "200")]);
+    let base = at
+        .join("snapshots/latest")
+        .join(src.strip_prefix("/").unwrap());
+    let d = |i: usize| base.join(format!("d{i}"));
+    // Browsed while the kernel keeps every directory: the bound is met within a few.
+    let before = (0..12).take_while(|&i| listed(&d(i)).is_ok()).count();
+    assert!((1..12).contains(&before), "{before} directories listed");
+    assert_eq!(
+        listed(&d(before)).unwrap_err().raw_os_error(),
+        Some(libc::ENOMEM)
+    );
+    // The kernel drops its caches after each directory: every one lists. (Its forgets
+    // arrive on their own time: a refused listing is tried again.)
+    for i in 0..12 {
+        let mut tries = 0;
+        let n = loop {
+            std::fs::write("/proc/sys/vm/drop_caches", "2").expect("drop caches (root)");
+            match listed(&d(i)) {
+                Ok(n) => break n,
+                Err(e) if e.raw_os_error() == Some(libc::ENOMEM) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("d{i}: {e} after {tries} tries"),
+            }
+        };
+        assert_eq!(n, 40, "d{i}");
+    }
+    assert_eq!(std::fs::read(d(11).join("f39")).unwrap(), b"11/39");
+    m.stop();
+    std::fs::remove_dir_all(dir).unwrap();
+}
