@@ -60,30 +60,44 @@ pub fn lookup(path: &Path, host: &str, port: u16, db: &str, user: &str) -> Optio
     let port = port.to_string();
     let want = [host_name(host), port.as_str(), db, user];
     text.lines().find_map(|line| {
-        let fields = fields(line)?;
+        let (fields, password) = fields(line)?;
         want.iter()
-            .zip(&fields[..4])
-            .all(|(w, f)| f == "*" || f == w)
-            .then(|| fields[4].clone())
+            .zip(&fields)
+            .all(|(w, f)| f.as_deref().is_none_or(|f| f == *w))
+            .then_some(password)
     })
 }
 
-/// The five fields of a line, unescaped; `None` for a comment, a blank line or one with
-/// fewer than five fields. The fifth is the rest of the line.
-fn fields(line: &str) -> Option<Vec<String>> {
+/// A line's four matched fields, unescaped (`None`: an unescaped `*`, matching anything),
+/// and its password, up to the next unescaped `:` as libpq reads it; `None` for a comment,
+/// a blank line or one with fewer than five fields.
+fn fields(line: &str) -> Option<([Option<String>; 4], String)> {
     if line.starts_with('#') {
         return None;
     }
-    let mut out = vec![String::new()];
+    let mut out: Vec<(String, bool)> = vec![(String::new(), false)];
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
         match c {
-            '\\' => out.last_mut()?.extend(chars.next()),
-            ':' if out.len() < 5 => out.push(String::new()),
-            c => out.last_mut()?.push(c),
+            ':' if out.len() == 5 => break,
+            ':' => out.push((String::new(), false)),
+            '\\' => {
+                let (field, escaped) = out.last_mut()?;
+                field.extend(chars.next());
+                *escaped = true;
+            }
+            c => out.last_mut()?.0.push(c),
         }
     }
-    (out.len() == 5).then_some(out)
+    if out.len() != 5 {
+        return None;
+    }
+    let password = out.pop()?.0;
+    let matched: Vec<Option<String>> = out
+        .into_iter()
+        .map(|(f, escaped)| (escaped || f != "*").then_some(f))
+        .collect();
+    Some((matched.try_into().ok()?, password))
 }
 
 #[cfg(test)]
@@ -115,10 +129,8 @@ mod tests {
             get("db1.example", 5432, "x", "alice").as_deref(),
             Some("first")
         );
-        assert_eq!(
-            get("any", 5433, "app", "bob").as_deref(),
-            Some("p:w\\d:with:colons")
-        );
+        // libpq's password ends at the next unescaped colon.
+        assert_eq!(get("any", 5433, "app", "bob").as_deref(), Some("p:w\\d"));
         assert_eq!(
             get("/var/run/postgresql", 5432, "x", "carol").as_deref(),
             Some("local")
@@ -131,6 +143,10 @@ mod tests {
             get("db1.example", 5433, "x", "alice").as_deref(),
             Some("fallback")
         );
+        // An escaped star is a star, not "anything".
+        std::fs::write(&p, "\\*:*:*:*:literal\n").unwrap();
+        assert_eq!(get("*", 1, "d", "u").as_deref(), Some("literal"));
+        assert_eq!(get("h", 1, "d", "u"), None);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

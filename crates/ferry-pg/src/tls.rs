@@ -93,6 +93,8 @@ pub fn split(conninfo: &str) -> Result<(String, Tls)> {
     let key = get("sslkey", "PGSSLKEY").map(PathBuf::from);
     let home = || env("HOME").map(|h| Path::new(&h).join(".postgresql"));
     let cert = match cert {
+        // No TLS, no certificate to send (libpq loads it only once TLS is negotiated).
+        _ if mode == Mode::Disable => None,
         Some(c) if !c.exists() => {
             return Err(Error::Invalid(format!(
                 "sslcert {}: no such file",
@@ -272,7 +274,17 @@ fn client_cert(
     if chain.is_empty() {
         return Err(bad("sslcert", cert, &"no certificate in it"));
     }
-    let meta = std::fs::metadata(key).map_err(|e| bad("sslkey", key, &e))?;
+    // Opened once, and its mode checked on what was opened: not a name that could be
+    // swapped for another file in between.
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(key)
+            .map_err(|e| bad("sslkey", key, &e))?
+    };
+    let meta = file.metadata().map_err(|e| bad("sslkey", key, &e))?;
     let allowed = if meta.uid() == 0 { 0o037 } else { 0o077 };
     if !meta.is_file() || meta.mode() & allowed != 0 {
         return Err(bad(
@@ -281,8 +293,9 @@ fn client_cert(
             &"not a plain file, or has group or world access (chmod 0600 it, as libpq wants)",
         ));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("sslkey", key, &e))?;
-    Ok((chain, key))
+    let mut reader = std::io::BufReader::new(std::io::Read::take(file, 1 << 20));
+    let pem = PrivateKeyDer::from_pem_reader(&mut reader).map_err(|e| bad("sslkey", key, &e))?;
+    Ok((chain, pem))
 }
 
 /// The trust anchors in `path` (PEM), or the system's for `system`.

@@ -102,11 +102,15 @@ impl Index {
     }
 
     /// Sorts by id; of a blob's locations, those `held` says are there come first, then by
-    /// pack id and offset.
+    /// pack id, offset and length. Ids almost never tie: the rest is looked at only then.
     fn sort_preferring(&mut self, held: impl Fn(&Loc) -> bool) {
         let packs = &self.packs;
-        self.blobs
-            .sort_unstable_by_key(|(id, l)| (*id, !held(l), packs[l.pack as usize], l.offset));
+        self.blobs.sort_unstable_by(|(a, la), (b, lb)| {
+            a.cmp(b).then_with(|| {
+                let key = |l: &Loc| (!held(l), packs[l.pack as usize], l.offset, l.len);
+                key(la).cmp(&key(lb))
+            })
+        });
     }
 
     fn finish_preferring(&mut self, held: impl Fn(&Loc) -> bool) {

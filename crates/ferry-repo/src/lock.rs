@@ -330,7 +330,8 @@ async fn conflicts(
         return Ok(());
     }
     let watch = t.refresh + t.refresh / 5;
-    tracing::info!(
+    // Said at warn: six minutes of nothing would look like a hang.
+    tracing::warn!(
         "{} not refreshed for {} minutes by this host's clock: watching it for {} s",
         describe(&old[0].1),
         t.stale.as_secs() / 60,
@@ -446,7 +447,7 @@ pub async fn unlock(repo: &Repo, remove_all: bool, t: Timing) -> Result<Unlocked
     }
     if !watch.is_empty() {
         let wait = t.refresh + t.refresh / 5;
-        tracing::info!(
+        tracing::warn!(
             "{} locks not refreshed for {} minutes by this host's clock: watching them for {} s \
              (--remove-all removes every lock at once)",
             watch.len(),

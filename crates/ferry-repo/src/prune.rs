@@ -154,12 +154,16 @@ async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {
         }
         for e in live {
             let s = e.offset as usize;
-            packer.add(
-                e.kind,
-                e.id,
-                &body[s..s + e.len as usize],
-                e.plain_len as usize,
-            );
+            // An index entry past the pack's end (planted by a password holder) is refused,
+            // not a panic.
+            let sealed = body.get(s..s + e.len as usize).ok_or_else(|| {
+                Error::Checksum(format!(
+                    "pack {}: blob {} lies past its end (run repair index)",
+                    pack.short(),
+                    e.id.short()
+                ))
+            })?;
+            packer.add(e.kind, e.id, sealed, e.plain_len as usize);
             if packer.len() >= repo.config.pack_size as usize {
                 new_packs.push(flush(repo, std::mem::take(&mut packer)).await?);
             }

@@ -535,9 +535,16 @@ impl Repo {
                 Err(e) => errors.push(e),
             }
         }
-        // Only then is the store's listing of packs worth its requests.
+        // Only then is the store's listing of packs worth its requests; without it, the
+        // choice is as before (a restore that needs no conflicting blob still runs).
         match idx.conflicts() {
-            true => idx.finish_stored(&self.stored_packs().await?),
+            true => match self.stored_packs().await {
+                Ok(stored) => idx.finish_stored(&stored),
+                Err(e) => {
+                    tracing::warn!("listing the packs to choose between a blob's places: {e}");
+                    idx.finish();
+                }
+            },
             false => idx.finish(),
         }
         Ok((idx, good, errors))

@@ -21,9 +21,10 @@ use crate::spool::Spool;
 const MISSING_RETRY: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(10);
 /// What the prefetch agent's fetches in flight may hold at once: each holds a segment's
-/// object and its plaintext, at most about twice the cluster's segment size (the archive
-/// bounds a segment by it). 8 fetches of 16 MiB segments; 1 of 1 GiB ones.
-const FETCH_MEMORY: u64 = 256 << 20;
+/// object, its decrypted payload and its plaintext, at most about three times the cluster's
+/// segment size (the archive bounds a segment by it). 8 fetches of 16 MiB segments; 1 of
+/// 1 GiB ones.
+const FETCH_MEMORY: u64 = 384 << 20;
 
 /// Writes `data` to `dest` atomically, through `ferry-fs`: a private temp file in the same
 /// directory, then rename over whatever `dest` was (a link there is replaced, never
@@ -118,7 +119,7 @@ impl FetchAgent {
             return Ok(()); // an empty archive: nothing to look ahead in
         };
         let seg_size = cluster.seg_size;
-        let most = (FETCH_MEMORY / (2 * seg_size)).max(1) as usize;
+        let most = (FETCH_MEMORY / (3 * seg_size)).max(1) as usize;
         // Leftovers of an agent killed mid-fetch.
         self.remove_parts()?;
         // Prefetched files of another archive go (`wal-fetch` would not take them anyway).
@@ -177,7 +178,13 @@ impl FetchAgent {
                 {
                     continue;
                 }
-                if inflight.len() >= most {
+                // Fetches of names no longer looked ahead to (PostgreSQL fetched them
+                // itself) do not hold back the ones it will want, up to twice the bound.
+                let wanted = inflight
+                    .iter()
+                    .filter(|f| keep.contains(f.as_str()))
+                    .count();
+                if wanted >= most || inflight.len() >= 2 * most {
                     break; // the nearest first: the rest when these are done
                 }
                 inflight.insert(n.to_string());

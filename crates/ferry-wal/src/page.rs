@@ -49,6 +49,14 @@ pub fn read(name: &WalName, data: &[u8]) -> Result<SegmentHeader> {
             "content belongs to WAL position {pageaddr:X}, not to this segment"
         )));
     }
+    // A .partial is a segment's prefix in a segment-sized file: larger is not one (and a
+    // fetch, bounded by the segment size, would refuse it).
+    if name.kind() == Kind::Partial && data.len() as u64 > seg_size {
+        return Err(bad(format!(
+            "{} bytes, more than the cluster's segments ({seg_size})",
+            data.len()
+        )));
+    }
     if name.kind() == Kind::Segment && data.len() as u64 != seg_size {
         return Err(bad(format!(
             "{} bytes, but the cluster's segments are {seg_size}",
