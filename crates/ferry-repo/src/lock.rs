@@ -457,12 +457,15 @@ pub async fn unlock(repo: &Repo, remove_all: bool, t: Timing) -> Result<Unlocked
         tokio::time::sleep(wait).await;
         let newer = others(repo, &ids).await?;
         for state in watch {
-            let alive = newer
+            let refreshed = newer
                 .iter()
-                .any(|(_, l)| l.hostname == state.hostname && l.pid == state.pid);
-            if alive {
+                .find(|(_, l)| l.hostname == state.hostname && l.pid == state.pid);
+            if let Some((id, l)) = refreshed {
+                // Reported as it is now: the lock file its holder wrote meanwhile.
                 out.kept.push(LockState {
+                    id: *id,
                     stale: None,
+                    age: now().saturating_sub(l.time),
                     ..state
                 });
             } else {
