@@ -108,9 +108,11 @@ pub(crate) fn node_inode(ino: u64, n: Node) -> Inode {
     };
     let time = UNIX_EPOCH + Duration::from_nanos(n.mtime.max(0) as u64);
     let target = n.target.as_deref().and_then(hex_decode);
+    // The kernel refuses an attribute past i64::MAX (and then never forgets the lookup that
+    // carried it, which would pin the directory's entries).
     let size = match kind {
         FileType::Symlink => target.as_ref().map_or(0, Vec::len) as u64,
-        _ => n.size,
+        _ => n.size.min(i64::MAX as u64),
     };
     let mut a = attr(ino, kind, (n.mode & 0o7555) as u16, size, time);
     a.uid = n.uid;
