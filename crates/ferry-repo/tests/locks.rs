@@ -33,6 +33,20 @@ async fn nothing() -> Result<()> {
     Ok(())
 }
 
+/// A lock of a process on another host, written an hour ago and never refreshed.
+async fn plant_dead_lock(repo: &Repo) {
+    let hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 3600;
+    let dead = serde_json::json!({"exclusive": false, "hostname": "another-host", "pid": 1,
+        "time": hour_ago});
+    repo.save_file(Kind::Lock, &serde_json::to_vec(&dead).unwrap())
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_cannot_refresh_writes_no_index_or_snapshot_after_giving_up() {
     let (store, repo) = repo().await;
@@ -77,16 +91,7 @@ async fn a_live_lock_of_a_host_whose_clock_is_behind_is_not_taken_as_dead() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_nobody_refreshes_is_dead_once_watched() {
     let (_store, repo) = repo().await;
-    let hour_ago = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        - 3600;
-    let dead = serde_json::json!({"exclusive": false, "hostname": "another-host", "pid": 1,
-        "time": hour_ago});
-    repo.save_file(Kind::Lock, &serde_json::to_vec(&dead).unwrap())
-        .await
-        .unwrap();
+    plant_dead_lock(&repo).await;
     let (prune, ()) = Lock::acquire_timed(repo.clone(), true, nothing(), FAST)
         .await
         .unwrap();
@@ -108,16 +113,7 @@ async fn a_lock_nobody_refreshes_is_dead_once_watched() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlock_removes_a_lock_that_looks_old_only_once_watched() {
     let (_store, repo) = repo().await;
-    let hour_ago = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        - 3600;
-    let dead = serde_json::json!({"exclusive": false, "hostname": "another-host", "pid": 1,
-        "time": hour_ago});
-    repo.save_file(Kind::Lock, &serde_json::to_vec(&dead).unwrap())
-        .await
-        .unwrap();
+    plant_dead_lock(&repo).await;
     let behind = Timing {
         skew: -3600,
         refresh: FAST.refresh / 4,

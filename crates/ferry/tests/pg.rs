@@ -629,7 +629,8 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {}", stderr(&out));
 }
 
-/// A CA, a server certificate it signed for IP 127.0.0.1 only, and an unrelated CA.
+/// A CA, a server certificate it signed for IP 127.0.0.1 only, a client certificate for
+/// user postgres, and an unrelated CA.
 fn certificates(dir: &Path) {
     for ca in ["ca", "other"] {
         openssl(
@@ -653,50 +654,21 @@ fn certificates(dir: &Path) {
             ],
         );
     }
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            "/CN=pg",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    std::fs::write(dir.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "ext",
-            "-out",
-            "server.crt",
-        ],
-    );
-    std::fs::set_permissions(
-        dir.join("server.key"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
+    signed(dir, "server", "pg", "subjectAltName=IP:127.0.0.1");
     // The client's, for user postgres (cert authentication maps the CN to the user).
+    signed(dir, "client", "postgres", "extendedKeyUsage=clientAuth");
+}
+
+/// `NAME.key` and `NAME.crt` for common name `cn`, signed by `ca` with the X.509 v3
+/// extension `ext` (rustls takes no v1 certificate); the key private (0600).
+fn signed(dir: &Path, name: &str, cn: &str, ext: &str) {
+    let (key, csr, crt, extfile) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+        format!("{name}.ext"),
+    );
+    let subj = format!("/CN={cn}");
     openssl(
         dir,
         &[
@@ -707,24 +679,21 @@ fn certificates(dir: &Path) {
             "ec_paramgen_curve:prime256v1",
             "-nodes",
             "-subj",
-            "/CN=postgres",
+            &subj,
             "-keyout",
-            "client.key",
+            &key,
             "-out",
-            "client.csr",
+            &csr,
         ],
     );
-    // Extensions make it X.509 v3, as every real one is (rustls takes no v1).
-    std::fs::write(dir.join("client-ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    std::fs::write(dir.join(&extfile), format!("{ext}\n")).unwrap();
     openssl(
         dir,
         &[
             "x509",
             "-req",
-            "-extfile",
-            "client-ext",
             "-in",
-            "client.csr",
+            &csr,
             "-CA",
             "ca.crt",
             "-CAkey",
@@ -732,15 +701,13 @@ fn certificates(dir: &Path) {
             "-CAcreateserial",
             "-days",
             "2",
+            "-extfile",
+            &extfile,
             "-out",
-            "client.crt",
+            &crt,
         ],
     );
-    std::fs::set_permissions(
-        dir.join("client.key"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
+    std::fs::set_permissions(dir.join(&key), std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 /// `pg backup` speaks TLS as libpq does: `require` refuses a server without TLS; with TLS
