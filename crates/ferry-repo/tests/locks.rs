@@ -33,6 +33,21 @@ async fn nothing() -> Result<()> {
     Ok(())
 }
 
+/// A backup's lock on a host an hour behind: every lock it writes looks an hour old. It
+/// refreshes four times in the time a reader watches (whatever the load on the host that
+/// runs the test, one lands inside it).
+async fn backup_behind(repo: &Arc<Repo>) -> Lock {
+    let behind = Timing {
+        skew: -3600,
+        refresh: FAST.refresh / 4,
+        ..FAST
+    };
+    let (backup, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), behind)
+        .await
+        .unwrap();
+    backup
+}
+
 /// A lock of a process on another host, written an hour ago and never refreshed.
 async fn plant_dead_lock(repo: &Repo) {
     let hour_ago = std::time::SystemTime::now()
@@ -71,17 +86,7 @@ async fn a_holder_that_cannot_refresh_writes_no_index_or_snapshot_after_giving_u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_lock_of_a_host_whose_clock_is_behind_is_not_taken_as_dead() {
     let (_store, repo) = repo().await;
-    // A backup on a host an hour behind: every lock it writes looks an hour old. It
-    // refreshes four times in the time the prune watches (whatever the load on the host
-    // that runs this test, one lands inside it).
-    let behind = Timing {
-        skew: -3600,
-        refresh: FAST.refresh / 4,
-        ..FAST
-    };
-    let (backup, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), behind)
-        .await
-        .unwrap();
+    let backup = backup_behind(&repo).await;
     let prune = Lock::acquire_timed(repo.clone(), true, nothing(), FAST).await;
     let e = prune.unwrap_err().to_string();
     assert!(e.contains("refreshed while watched"), "{e}");
@@ -114,14 +119,7 @@ async fn a_lock_nobody_refreshes_is_dead_once_watched() {
 async fn unlock_removes_a_lock_that_looks_old_only_once_watched() {
     let (_store, repo) = repo().await;
     plant_dead_lock(&repo).await;
-    let behind = Timing {
-        skew: -3600,
-        refresh: FAST.refresh / 4,
-        ..FAST
-    };
-    let (backup, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), behind)
-        .await
-        .unwrap();
+    let backup = backup_behind(&repo).await;
     let (now, ()) = Lock::acquire_timed(repo.clone(), false, nothing(), FAST)
         .await
         .unwrap();
