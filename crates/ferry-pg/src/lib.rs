@@ -13,6 +13,7 @@ pub mod checksum;
 pub mod choose;
 pub mod conn;
 pub mod expire;
+pub mod home;
 pub mod info;
 pub mod layout;
 pub mod lsn;

@@ -15,10 +15,10 @@ const MAX_LEN: u64 = 1 << 20;
 
 /// Where the password file is: `PGPASSFILE`, else `~/.pgpass`; `None` without a home.
 pub fn path() -> Option<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    env("PGPASSFILE")
+    std::env::var_os("PGPASSFILE")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| env("HOME").map(|h| Path::new(&h).join(".pgpass")))
+        .or_else(|| crate::home::home().map(|h| h.join(".pgpass")))
 }
 
 /// The name a connection's host is matched by: the default socket directory is

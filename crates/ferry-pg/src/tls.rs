@@ -91,7 +91,7 @@ pub fn split(conninfo: &str) -> Result<(String, Tls)> {
     let root = get("sslrootcert", "PGSSLROOTCERT").map(PathBuf::from);
     let cert = get("sslcert", "PGSSLCERT").map(PathBuf::from);
     let key = get("sslkey", "PGSSLKEY").map(PathBuf::from);
-    let home = || env("HOME").map(|h| Path::new(&h).join(".postgresql"));
+    let home = || crate::home::home().map(|h| h.join(".postgresql"));
     let cert = match cert {
         // No TLS, no certificate to send (libpq loads it only once TLS is negotiated).
         _ if mode == Mode::Disable => None,
@@ -201,8 +201,8 @@ impl Tls {
     /// The connector, with the verifier this mode asks for.
     pub fn connector(&self) -> Result<MakeRustlsConnect> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let default_root = std::env::var_os("HOME")
-            .map(|h| Path::new(&h).join(".postgresql/root.crt"))
+        let default_root = crate::home::home()
+            .map(|h| h.join(".postgresql/root.crt"))
             .filter(|p| p.exists());
         let root = self.root.clone().or(default_root);
         let check = match (self.mode, &root) {
