@@ -23,7 +23,7 @@ pub fn path() -> Option<PathBuf> {
 
 /// The name a connection's host is matched by: the default socket directory is
 /// `localhost`, as libpq has it.
-pub fn host_name(host: &str) -> &str {
+fn host_name(host: &str) -> &str {
     match host.trim_end_matches('/') {
         DEFAULT_SOCKET_DIR | "" => "localhost",
         _ => host,

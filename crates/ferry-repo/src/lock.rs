@@ -417,7 +417,7 @@ pub async fn unlock(repo: &Repo, remove_all: bool, t: Timing) -> Result<Unlocked
         let info = body.and_then(|b| {
             serde_json::from_slice::<LockInfo>(&b).map_err(|e| Error::Checksum(e.to_string()))
         });
-        let state = match info {
+        let (state, dead) = match info {
             // Released between the listing and the read.
             Err(Error::NotFound(_)) => continue,
             Err(e) => {
@@ -427,18 +427,23 @@ pub async fn unlock(repo: &Repo, remove_all: bool, t: Timing) -> Result<Unlocked
                 out.unreadable.push((id, e.to_string()));
                 continue;
             }
-            Ok(l) => LockState {
-                id,
-                exclusive: l.exclusive,
-                age: now().saturating_sub(l.time),
-                stale: stale(&l, t.stale),
-                hostname: l.hostname,
-                pid: l.pid,
-            },
+            Ok(l) => {
+                let dead = died_here(&l);
+                let state = LockState {
+                    id,
+                    exclusive: l.exclusive,
+                    age: now().saturating_sub(l.time),
+                    stale: stale(&l, t.stale),
+                    hostname: l.hostname,
+                    pid: l.pid,
+                };
+                (state, dead)
+            }
         };
         match (remove_all, &state.stale) {
             (false, None) => out.kept.push(state),
-            (false, Some(_)) if !died_here_state(&state) => watch.push(state),
+            // Only looks old: watched first.
+            (false, Some(_)) if !dead => watch.push(state),
             _ => {
                 gone(repo.delete_file("locks", &id).await)?;
                 out.removed.push(state);
@@ -477,16 +482,6 @@ pub async fn unlock(repo: &Repo, remove_all: bool, t: Timing) -> Result<Unlocked
     out.removed.sort_by_key(|l| (l.age, l.id));
     out.kept.sort_by_key(|l| (l.age, l.id));
     Ok(out)
-}
-
-/// [`died_here`] of a lock as `unlock` reports it.
-fn died_here_state(s: &LockState) -> bool {
-    died_here(&LockInfo {
-        exclusive: s.exclusive,
-        hostname: s.hostname.clone(),
-        pid: s.pid,
-        time: 0,
-    })
 }
 
 /// A lock file already gone (its holder released it meanwhile) is as good as removed.
