@@ -1,17 +1,20 @@
 //! Connecting the way libpq does: a conninfo string or URL, with `PGHOST`, `PGPORT`,
 //! `PGUSER`, `PGDATABASE` and `PGPASSWORD` filling in what it leaves out, and the password
-//! file (`PGPASSFILE`, `~/.pgpass`) when nothing gave a password.
+//! file (`passfile=`, else `PGPASSFILE`, else `~/.pgpass`) when nothing gave a password.
+
+use std::path::PathBuf;
 
 use ferry_transfer::{Error, Result};
 use tokio_postgres::{Client, Config};
 
-use crate::passfile;
 use crate::tls::{self, Tls};
+use crate::{libpq, passfile};
 
 /// The configuration `conninfo` (may be empty) and the environment give, and its TLS
 /// settings (docs/pg.md: `sslmode`, `sslrootcert`).
 pub fn config(conninfo: &str) -> Result<(Config, Tls)> {
-    let (rest, tls) = tls::split(conninfo)?;
+    let (rest, mut taken) = libpq::take(conninfo);
+    let tls = tls::settings(&mut taken)?;
     let mut c: Config = if rest.trim().is_empty() {
         Config::new()
     } else {
@@ -43,6 +46,9 @@ pub fn config(conninfo: &str) -> Result<(Config, Tls)> {
         let db = env("PGDATABASE").unwrap_or_else(|| c.get_user().unwrap_or("postgres").into());
         c.dbname(&db);
     }
+    // As in libpq: the string's `passfile`, else PGPASSFILE, else ~/.pgpass.
+    let file = taken.remove("passfile").map(PathBuf::from);
+    let file = file.or_else(passfile::path);
     if c.get_password().is_none() {
         let from_file = || {
             let host = match c.get_hosts().first()? {
@@ -51,7 +57,7 @@ pub fn config(conninfo: &str) -> Result<(Config, Tls)> {
             };
             let port = c.get_ports().first().copied().unwrap_or(5432);
             let (db, user) = (c.get_dbname()?, c.get_user()?);
-            passfile::lookup(&passfile::path()?, &host, port, db, user)
+            passfile::lookup(file.as_deref()?, &host, port, db, user)
         };
         if let Some(pw) = env("PGPASSWORD").or_else(from_file) {
             c.password(pw);

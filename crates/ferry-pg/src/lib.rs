@@ -16,6 +16,7 @@ pub mod expire;
 pub mod home;
 pub mod info;
 pub mod layout;
+pub mod libpq;
 pub mod lsn;
 pub mod passfile;
 pub mod record;

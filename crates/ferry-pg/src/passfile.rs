@@ -1,4 +1,5 @@
-//! The password file as libpq reads it (`PGPASSFILE`, else `~/.pgpass`): lines of
+//! The password file as libpq reads it (the connection string's `passfile`, else
+//! `PGPASSFILE`, else `~/.pgpass`): lines of
 //! `hostname:port:database:username:password`, `*` matching anything, `\:` and `\\`
 //! escaping, `#` starting a comment. The first line whose four fields match gives the
 //! password. A file that others may read (or that is not a regular file) is ignored with a

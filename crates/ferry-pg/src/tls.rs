@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ferry_transfer::{Error, Result};
+
+use crate::libpq::Taken;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -53,9 +55,6 @@ pub struct Tls {
     pub cert: Option<(PathBuf, PathBuf)>,
 }
 
-/// The settings taken out of a connection string, by key.
-const TAKEN: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
-
 impl Mode {
     fn parse(v: &str) -> Result<Mode> {
         Ok(match v {
@@ -74,17 +73,11 @@ impl Mode {
     }
 }
 
-/// Takes `sslmode`, `sslrootcert`, `sslcert` and `sslkey` out of `conninfo` (key=value form
-/// or URL), falling back to `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT` and `PGSSLKEY`; returns
-/// the rest for tokio-postgres. An explicit certificate must exist; the default one is used
-/// when it does.
-pub fn split(conninfo: &str) -> Result<(String, Tls)> {
-    let (rest, mut taken) =
-        if conninfo.starts_with("postgres://") || conninfo.starts_with("postgresql://") {
-            split_url(conninfo)
-        } else {
-            split_pairs(conninfo)
-        };
+/// Takes `sslmode`, `sslrootcert`, `sslcert` and `sslkey` out of what
+/// [`crate::libpq::take`] took from a connection string, falling back to `PGSSLMODE`,
+/// `PGSSLROOTCERT`, `PGSSLCERT` and `PGSSLKEY`. An explicit certificate must exist; the
+/// default one is used when it does.
+pub fn settings(taken: &mut Taken) -> Result<Tls> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let mut get = |k: &str, var: &str| taken.remove(k).or_else(|| env(var));
     let mode = Mode::parse(&get("sslmode", "PGSSLMODE").unwrap_or("prefer".into()))?;
@@ -112,80 +105,7 @@ pub fn split(conninfo: &str) -> Result<(String, Tls)> {
             .unwrap_or_else(|| c.with_extension("key"));
         (c, key)
     });
-    Ok((rest, Tls { mode, root, cert }))
-}
-
-type Split = (String, std::collections::HashMap<&'static str, String>);
-
-/// The [`TAKEN`] key named `k`, if it is one.
-fn taken(k: &str) -> Option<&'static str> {
-    TAKEN.iter().copied().find(|t| *t == k)
-}
-
-fn split_url(url: &str) -> Split {
-    let mut out = std::collections::HashMap::new();
-    let Some((base, query)) = url.split_once('?') else {
-        return (url.to_string(), out);
-    };
-    let mut keep = Vec::new();
-    for pair in query.split('&') {
-        match pair.split_once('=').and_then(|(k, v)| Some((taken(k)?, v))) {
-            Some((k, v)) => {
-                out.insert(k, v.replace("%2F", "/").replace("%2f", "/"));
-            }
-            None => keep.push(pair),
-        }
-    }
-    let rest = match keep.is_empty() {
-        true => base.to_string(),
-        false => format!("{base}?{}", keep.join("&")),
-    };
-    (rest, out)
-}
-
-/// key=value pairs, values plain or single-quoted with backslash escapes, as libpq reads them.
-fn split_pairs(s: &str) -> Split {
-    let (mut out, mut keep) = (std::collections::HashMap::new(), Vec::new());
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let start = i;
-        while i < b.len() && b[i] != b'=' && !b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let key = &s[start..i];
-        while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == b'=') {
-            i += 1;
-        }
-        let (mut value, vstart) = (String::new(), i);
-        if i < b.len() && b[i] == b'\'' {
-            i += 1;
-            while i < b.len() && b[i] != b'\'' {
-                if b[i] == b'\\' && i + 1 < b.len() {
-                    i += 1;
-                }
-                value.push(b[i] as char);
-                i += 1;
-            }
-            i += 1;
-        } else {
-            while i < b.len() && !b[i].is_ascii_whitespace() {
-                i += 1;
-            }
-            value = s[vstart..i].to_string();
-        }
-        match (key, taken(key)) {
-            ("", _) => {}
-            (_, Some(k)) => {
-                out.insert(k, value);
-            }
-            _ => keep.push(s[start..i.min(s.len())].to_string()),
-        }
-    }
-    (keep.join(" "), out)
+    Ok(Tls { mode, root, cert })
 }
 
 impl Tls {
@@ -369,6 +289,11 @@ impl ServerCertVerifier for Verifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn split(conninfo: &str) -> Result<(String, Tls)> {
+        let (rest, mut taken) = crate::libpq::take(conninfo);
+        Ok((rest, settings(&mut taken)?))
+    }
 
     #[test]
     fn ssl_settings_come_out_of_both_forms() {

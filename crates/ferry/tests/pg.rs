@@ -809,7 +809,8 @@ fn pg_backup_over_tls_checks_the_server_as_libpq_does() {
 }
 
 /// With no password given, `pg backup` takes it from the password file as libpq does
-/// (`PGPASSFILE`, lines of host:port:db:user:password), and ignores a file others can read.
+/// (`passfile=`, else `PGPASSFILE`; lines of host:port:db:user:password), and ignores a file
+/// others can read.
 #[test]
 fn pg_backup_takes_its_password_from_the_password_file() {
     let Some(rig) = rig() else { return };
@@ -859,6 +860,18 @@ fn pg_backup_takes_its_password_from_the_password_file() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let o = run(&file);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The connection string's `passfile` comes before PGPASSFILE, as in libpq.
+    let with_key = |named: &Path, env: &Path| {
+        let (named, env) = (named.display().to_string(), env.display().to_string());
+        let conninfo = format!("{conninfo} passfile='{named}'");
+        rig.ferry(
+            &["--json", "pg", "backup", "--conninfo", &conninfo],
+            &[("PGPASSFILE", env.as_str())],
+        )
+    };
+    let o = with_key(&file, &rig.pg.dir().join("no-such-file"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    refused(&with_key(&rig.pg.dir().join("no-such-file"), &file));
 }
 
 #[test]
