@@ -23,6 +23,8 @@
 //!   a transfer never leaves one open.
 //! - Settled, probe upwards after one window, downwards after [`PROBE_AFTER`]: links change;
 //!   and at once, up or down, when the rate rises or falls by [`RISE`] with the same requests.
+//!   A link that got faster (the same requests carried [`RISE`] more, or fewer carried
+//!   [`GAIN`] more under a descent) is climbed at once to where the last descent began.
 //! - No descent is judged on a window in which requests ran beyond the limit (urgent work
 //!   borrowing bulk's slots): their bytes are in the rate, so a descent would look free.
 //! - A transient error cuts the limit by a third, as TCP does.
@@ -130,6 +132,9 @@ pub(crate) struct Tuner {
     /// The block-time descent failed from this limit: it does not start from there or lower
     /// again until the link changes.
     floor: usize,
+    /// The limit the last run of descents began from: where a link that comes back is
+    /// climbed to at once.
+    came_from: usize,
     /// The descent in progress is the block-time one.
     shortcut: bool,
     /// The best rate one request has carried (bytes/s), slowly forgotten.
@@ -201,6 +206,7 @@ impl Tuner {
             flight_sum: 0,
             flight_ticks: 0,
             floor: 0,
+            came_from: 0,
             shortcut: false,
             per_request: 0.0,
             draining: 0,
@@ -485,6 +491,7 @@ impl Tuner {
         self.base = Some((rate, self.limit));
         self.open(Probe::Down);
         self.shortcut = true;
+        self.came_from = self.limit;
         self.set(to);
         true
     }
@@ -503,6 +510,17 @@ impl Tuner {
 
     fn up(&self) -> usize {
         self.limit + self.limit / 2 + 1
+    }
+
+    /// The climb on a link that got faster: back to where the last descent began, in one
+    /// step, as far as blocks still take at most [`BLOCK_TIME`] at the present rate (on a
+    /// slow uplink a burst of requests is the failure the start avoids), or a usual step.
+    fn back(&self, rate: f64, block: u64) -> usize {
+        let fill = match block {
+            0 => self.came_from,
+            b => (rate * BLOCK_TIME / b as f64) as usize,
+        };
+        self.up().max(self.came_from.min(fill))
     }
 
     /// A step down: an eighth, or straight to the knee, when the best rate one request has
@@ -553,6 +571,18 @@ impl Tuner {
                 self.settled = 0;
                 self.next_down = true;
             }
+            Some(Probe::Down) if rate >= base_rate * GAIN => {
+                // Fewer requests carried more than the best before: on a link that did not
+                // change they never do, so it got faster under the descent (the drop
+                // profile's link came back, and a descent that went on down held 8-12
+                // requests for 17 s where 24 fill it). Climb at once, to where the descent
+                // began or further.
+                self.shortcut = false;
+                self.floor = 0;
+                self.base = Some((rate, self.limit));
+                self.open(Probe::Up);
+                self.set(self.back(rate, block));
+            }
             Some(Probe::Down) if rate >= base_rate * KEEP && self.limit > self.min => {
                 // Fewer requests carried as much as the best before the descent: go on down.
                 self.shortcut = false;
@@ -593,10 +623,13 @@ impl Tuner {
                     let down = !self.borrowed
                         && (fell || (!rose && self.next_down && self.limit > self.min));
                     self.next_down = !self.next_down;
-                    let (probe, to) = if down {
-                        (Probe::Down, self.down(rate))
-                    } else {
-                        (Probe::Up, self.up())
+                    let (probe, to) = match (down, rose) {
+                        (true, _) => {
+                            self.came_from = self.limit;
+                            (Probe::Down, self.down(rate))
+                        }
+                        (false, true) => (Probe::Up, self.back(rate, block)),
+                        (false, false) => (Probe::Up, self.up()),
                     };
                     self.open(probe);
                     self.set(to);
@@ -839,6 +872,43 @@ mod tests {
             back[..8].iter().any(|&l| l >= 13),
             "did not climb back: {back:?}"
         );
+    }
+
+    #[test]
+    fn a_link_that_comes_back_during_a_descent_is_climbed_at_once() {
+        // The drop profile: the aggregate falls to a quarter for 10 s (5 windows), and comes
+        // back while the tuner is still descending. A descent that went on down because
+        // fewer requests carried more (they carried the returned link) held 8-12 requests
+        // for 17 s where 16 fill it.
+        let mut t = Tuner::new(16, 128, false);
+        let before = *simulate(&mut t, capped(8e6, 100e6), 30).last().unwrap();
+        assert!(before >= 13, "never filled the link: {before}");
+        let low = simulate(&mut t, capped(8e6, 25e6), 5);
+        assert!(low.iter().any(|&l| l <= 8), "did not step back: {low:?}");
+        let back = simulate(&mut t, capped(8e6, 100e6), 10);
+        assert!(
+            back[..3].iter().any(|&l| l >= 13),
+            "did not climb back within 3 windows: {low:?} then {back:?}"
+        );
+        assert!(back[4..].iter().all(|&l| l >= 13), "fell again: {back:?}");
+    }
+
+    #[test]
+    fn a_slow_uplink_that_gets_faster_is_climbed_a_step_not_back_to_the_start() {
+        // 4 MB/s in all, then 4.4: the block-time descent from 24 requests is under way when
+        // fewer carry more. That is a faster link, but 24 blocks would take 29 s each on it:
+        // the climb is a usual step, as far as blocks stay within BLOCK_TIME.
+        let mut t = Tuner::new(24, 128, false);
+        let window = std::cell::Cell::new(0);
+        let link = |n: usize| {
+            window.set(window.get() + 1);
+            let cap = if window.get() <= 3 { 4e6 } else { 4.4e6 };
+            capped(100e6, cap)(n)
+        };
+        let seen = simulate(&mut t, link, 30);
+        assert!(seen[..3].contains(&4), "no block-time descent: {seen:?}");
+        assert!(seen[3..].iter().any(|&l| l > 4), "no climb: {seen:?}");
+        assert!(seen[3..].iter().all(|&l| l <= 8), "limits {seen:?}");
     }
 
     /// Ticks of 100 ms through the start: `rate(t, limit)` bytes/s at `t` seconds in, plus
