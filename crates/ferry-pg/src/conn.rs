@@ -13,7 +13,7 @@ use crate::{libpq, passfile};
 /// The configuration `conninfo` (may be empty) and the environment give, and its TLS
 /// settings (docs/pg.md: `sslmode`, `sslrootcert`).
 pub fn config(conninfo: &str) -> Result<(Config, Tls)> {
-    let (rest, mut taken) = libpq::take(conninfo);
+    let (rest, mut taken) = libpq::take(conninfo)?;
     let tls = tls::settings(&mut taken)?;
     let mut c: Config = if rest.trim().is_empty() {
         Config::new()
@@ -47,7 +47,8 @@ pub fn config(conninfo: &str) -> Result<(Config, Tls)> {
         c.dbname(&db);
     }
     // As in libpq: the string's `passfile`, else PGPASSFILE, else ~/.pgpass.
-    let file = taken.remove("passfile").map(PathBuf::from);
+    let file = taken.remove("passfile").filter(|v| !v.is_empty());
+    let file = file.map(PathBuf::from);
     let file = file.or_else(passfile::path);
     if c.get_password().is_none() {
         let from_file = || {
@@ -78,14 +79,11 @@ pub fn has_password(conninfo: &str) -> bool {
 /// not, key=value form or a URL query) and the `user:password@` of a URL.
 pub fn redact(conninfo: &str) -> String {
     let mut out = conninfo.to_string();
-    // URL userinfo: scheme://user:password@host
-    if let Some(start) = out.find("://").map(|i| i + 3) {
-        let rest = &out[start..];
-        let end = rest.find(['/', '?']).unwrap_or(rest.len());
-        if let Some(at) = rest[..end].rfind('@') {
-            if let Some(colon) = rest[..at].find(':') {
-                out.replace_range(start + colon + 1..start + at, "***");
-            }
+    // URL userinfo: scheme://user:password@host, found where libpq finds it.
+    if let (Some(start), Some(host)) = (out.find("://"), libpq::host_start(&out)) {
+        let info = &out[start + 3..host];
+        if let Some(colon) = info.strip_suffix('@').and_then(|i| i.find(':')) {
+            out.replace_range(start + 3 + colon + 1..host - 1, "***");
         }
     }
     // password=value, in key=value form (value quoted or not) or a URL query.
@@ -115,7 +113,21 @@ pub fn redact(conninfo: &str) -> String {
             }
             vstart + 1 + end
         } else {
-            vstart + v.find([' ', '&', '\t']).unwrap_or(v.len())
+            // A plain value ends at whitespace (or '&' in a URL) not escaped by a backslash.
+            let mut end = v.len();
+            let mut esc = false;
+            for (k, c) in v.char_indices() {
+                match (esc, c) {
+                    (true, _) => esc = false,
+                    (false, '\\') => esc = true,
+                    (false, ' ' | '&' | '\t') => {
+                        end = k;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            vstart + end
         };
         out.replace_range(vstart..vend, "***");
         from = vstart + 3;
@@ -186,6 +198,14 @@ mod tests {
                 "host=h password = *** user=u",
             ),
             ("postgres://u:s3cret@h:5/db", "postgres://u:***@h:5/db"),
+            (
+                "postgres://u:s3?c@ret@h/db?x=1",
+                "postgres://u:***@h/db?x=1",
+            ),
+            (
+                "host=h password=s3\\ cret user=u",
+                "host=h password=*** user=u",
+            ),
             (
                 "postgresql://u@h/db?password=s3cret&sslmode=require",
                 "postgresql://u@h/db?password=***&sslmode=require",

@@ -291,7 +291,7 @@ mod tests {
     use super::*;
 
     fn split(conninfo: &str) -> Result<(String, Tls)> {
-        let (rest, mut taken) = crate::libpq::take(conninfo);
+        let (rest, mut taken) = crate::libpq::take(conninfo)?;
         Ok((rest, settings(&mut taken)?))
     }
 

@@ -512,15 +512,16 @@ impl Tuner {
         self.limit + self.limit / 2 + 1
     }
 
-    /// The climb on a link that got faster: back to where the last descent began, in one
-    /// step, as far as blocks still take at most [`BLOCK_TIME`] at the present rate (on a
-    /// slow uplink a burst of requests is the failure the start avoids), or a usual step.
+    /// The climb on a link that got faster: back to where the last descent began in one
+    /// step (a usual step when that is lower), never past what keeps blocks within
+    /// [`BLOCK_TIME`] at the present rate (on a slow uplink a burst of requests is the failure
+    /// the start avoids), but always at least one request more.
     fn back(&self, rate: f64, block: u64) -> usize {
-        let fill = match block {
-            0 => self.came_from,
-            b => (rate * BLOCK_TIME / b as f64) as usize,
-        };
-        self.up().max(self.came_from.min(fill))
+        let to = self.up().max(self.came_from);
+        match block {
+            0 => to,
+            b => to.min(((rate * BLOCK_TIME / b as f64) as usize).max(self.limit + 1)),
+        }
     }
 
     /// A step down: an eighth, or straight to the knee, when the best rate one request has
@@ -571,14 +572,14 @@ impl Tuner {
                 self.settled = 0;
                 self.next_down = true;
             }
-            Some(Probe::Down) if rate >= base_rate * GAIN => {
+            Some(Probe::Down) if rate >= base_rate * GAIN && !self.shortcut => {
                 // Fewer requests carried more than the best before: on a link that did not
                 // change they never do, so it got faster under the descent (the drop
                 // profile's link came back, and a descent that went on down held 8-12
                 // requests for 17 s where 24 fill it). Climb at once, to where the descent
-                // began or further.
-                self.shortcut = false;
-                self.floor = 0;
+                // began. Not after the block-time descent: its base was measured with too
+                // many requests, which carry less on a slow link, and fewer beating it says
+                // nothing of the link (it swung 3 -> 5 -> 3 for good).
                 self.base = Some((rate, self.limit));
                 self.open(Probe::Up);
                 self.set(self.back(rate, block));
@@ -628,8 +629,8 @@ impl Tuner {
                             self.came_from = self.limit;
                             (Probe::Down, self.down(rate))
                         }
-                        (false, true) => (Probe::Up, self.back(rate, block)),
-                        (false, false) => (Probe::Up, self.up()),
+                        (false, true) if !self.borrowed => (Probe::Up, self.back(rate, block)),
+                        (false, _) => (Probe::Up, self.up()),
                     };
                     self.open(probe);
                     self.set(to);
@@ -644,6 +645,8 @@ impl Tuner {
             // No full start on a link that fails already.
             self.ramp = None;
             self.set((self.limit * 2 / 3).max(self.min));
+            // A climb back must not undo the backoff in one step.
+            self.came_from = 0;
             self.base = None;
             self.probe = None;
             self.shortcut = false;
@@ -894,21 +897,28 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_uplink_that_gets_faster_is_climbed_a_step_not_back_to_the_start() {
-        // 4 MB/s in all, then 4.4: the block-time descent from 24 requests is under way when
-        // fewer carry more. That is a faster link, but 24 blocks would take 29 s each on it:
-        // the climb is a usual step, as far as blocks stay within BLOCK_TIME.
-        let mut t = Tuner::new(24, 128, false);
-        let window = std::cell::Cell::new(0);
-        let link = |n: usize| {
-            window.set(window.get() + 1);
-            let cap = if window.get() <= 3 { 4e6 } else { 4.4e6 };
-            capped(100e6, cap)(n)
-        };
-        let seen = simulate(&mut t, link, 30);
-        assert!(seen[..3].contains(&4), "no block-time descent: {seen:?}");
-        assert!(seen[3..].iter().any(|&l| l > 4), "no climb: {seen:?}");
-        assert!(seen[3..].iter().all(|&l| l <= 8), "limits {seen:?}");
+    fn a_slow_uplink_whose_rate_moves_gets_no_burst() {
+        // A slow uplink after the block-time descent from 24 requests: fewer requests carry
+        // more than the base measured with too many, whether the link got a little faster
+        // (4 then 4.4 MB/s) or more requests lose a little (4 MB/s up to 4, 3.68 beyond).
+        // Neither is a link coming back: no limit past what keeps a 5 MiB block within
+        // BLOCK_TIME (at most 4 requests here), and no swing (it was 3 -> 5 -> 3 for good).
+        let faster = |w: usize, n: usize| capped(100e6, if w <= 3 { 4e6 } else { 4.4e6 })(n);
+        let lossier = |_: usize, n: usize| if n <= 4 { 4e6 } else { 3.68e6 };
+        for link in [&faster as &dyn Fn(usize, usize) -> f64, &lossier] {
+            let mut t = Tuner::new(24, 128, false);
+            let window = std::cell::Cell::new(0);
+            let seen = simulate(
+                &mut t,
+                |n| {
+                    window.set(window.get() + 1);
+                    link(window.get(), n)
+                },
+                40,
+            );
+            assert!(seen[..3].iter().any(|&l| l <= 4), "no descent: {seen:?}");
+            assert!(seen[3..].iter().all(|&l| l <= 4), "limits {seen:?}");
+        }
     }
 
     /// Ticks of 100 ms through the start: `rate(t, limit)` bytes/s at `t` seconds in, plus
