@@ -58,7 +58,8 @@ async def main(a):
                 while d := await r.read(64):
                     w.write(d)
                     await w.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            # OSError: also the kernel's timeout of a stream the shaper starved (slow).
             pass
         finally:
             w.close()
@@ -113,7 +114,7 @@ async def main(a):
                 continue
             try:
                 await (send(w) if kind == b"u" else recv(r))
-            except (ConnectionError, asyncio.IncompleteReadError):
+            except (OSError, asyncio.IncompleteReadError):
                 pass
             finally:
                 w.close()

@@ -75,11 +75,25 @@ pub fn has_password(conninfo: &str) -> bool {
     redact(conninfo) != conninfo
 }
 
+/// Where in `s` the first character that `stop` matches and no backslash escapes is.
+fn unescaped(s: &str, stop: impl Fn(char) -> bool) -> Option<usize> {
+    let mut esc = false;
+    for (k, c) in s.char_indices() {
+        match (esc, c) {
+            (true, _) => esc = false,
+            (false, '\\') => esc = true,
+            (false, c) if stop(c) => return Some(k),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// `conninfo` with its password replaced by `***`, for messages: `password=...` (quoted or
 /// not, key=value form or a URL query) and the `user:password@` of a URL.
 pub fn redact(conninfo: &str) -> String {
     let mut out = conninfo.to_string();
-    // URL userinfo: scheme://user:password@host, found where libpq finds it.
+    // URL userinfo: scheme://user:password@host (libpq::host_start).
     if let (Some(start), Some(host)) = (out.find("://"), libpq::host_start(&out)) {
         let info = &out[start + 3..host];
         if let Some(colon) = info.strip_suffix('@').and_then(|i| i.find(':')) {
@@ -98,36 +112,10 @@ pub fn redact(conninfo: &str) -> String {
         let vstart = out.len() - v.len();
         let vend = if let Some(q) = v.strip_prefix('\'') {
             // A quoted value ends at the first quote not escaped by a backslash.
-            let mut end = q.len();
-            let mut esc = false;
-            for (k, c) in q.char_indices() {
-                match (esc, c) {
-                    (true, _) => esc = false,
-                    (false, '\\') => esc = true,
-                    (false, '\'') => {
-                        end = k + 1;
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            vstart + 1 + end
+            vstart + 1 + unescaped(q, |c| c == '\'').map_or(q.len(), |k| k + 1)
         } else {
             // A plain value ends at whitespace (or '&' in a URL) not escaped by a backslash.
-            let mut end = v.len();
-            let mut esc = false;
-            for (k, c) in v.char_indices() {
-                match (esc, c) {
-                    (true, _) => esc = false,
-                    (false, '\\') => esc = true,
-                    (false, ' ' | '&' | '\t') => {
-                        end = k;
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            vstart + end
+            vstart + unescaped(v, |c| matches!(c, ' ' | '&' | '\t')).unwrap_or(v.len())
         };
         out.replace_range(vstart..vend, "***");
         from = vstart + 3;

@@ -82,6 +82,9 @@ const RAMP_SPAN: usize = 2;
 /// before: TCP's own slow start still doubling, or more requests still adding. A link that
 /// the first requests fill carries the same in both (slow: 1.0-1.1).
 const RAMP_RISE: f64 = 1.4;
+/// The last tick of a climbing start carries this much more than the one before: TCP's slow
+/// start gives x1.4 per 100 ms at 200 ms round trips, a full link x1.0.
+const STILL_RISING: f64 = 1.2;
 /// Requests in flight at the very start: not many more than a slow uplink takes, enough on
 /// a fast link to see it is one (wan: 8 carry 64 MB/s).
 pub(crate) const RAMP_FROM: usize = 8;
@@ -412,8 +415,13 @@ impl Tuner {
                 // MB/s, ticks of 320, 256, 320, 512 KiB: 1.44x span over span, the start went
                 // to 24, and the kernel timed out 6 starved connections).
                 let rising = (first..n - 2).all(|i| span(i + 1, i + 2) >= span(i, i + 1) * 0.9);
-                let climbing =
-                    before > 0.0 && rising && span(n - 1 - RAMP_SPAN, n - 1) >= before * RAMP_RISE;
+                // And still rising in the last tick: answers that began late, then a flat
+                // full link (slow: 0, 64, 320, 320 KiB) are 10x span over span, no climb.
+                let still = span(n - 2, n - 1) >= span(n - 3, n - 2) * STILL_RISING;
+                let climbing = before > 0.0
+                    && rising
+                    && still
+                    && span(n - 1 - RAMP_SPAN, n - 1) >= before * RAMP_RISE;
                 Some(match climbing {
                     true => to,
                     false => fit(rate(n - 1 - RAMP_SPAN, n - 1)),
@@ -1061,6 +1069,18 @@ mod tests {
         let t = started_on(&[0, 900, 320, 256, 320, 512, 400, 390, 410]);
         assert!(t.ramp.is_none(), "the start never decided");
         assert_eq!(t.limit(), RAMP_FROM);
+    }
+
+    #[test]
+    fn a_climb_that_has_stopped_is_no_climb() {
+        // KiB per tick of an upload on the slow profile (4 MB/s), as logged at 2ec8129: the
+        // answers began late (0, then 64 KiB), then the link's 320 KiB a tick, flat. Span over
+        // span that is 10x, and the start went to 24; three starved connections were timed
+        // out by the kernel. TCP's slow start still grows in the last tick (x1.4 per 100 ms
+        // at 200 ms round trips); a full link does not.
+        let t = started_on(&[0, 512, 0, 64, 320, 320, 320, 320, 320]);
+        assert!(t.ramp.is_none(), "the start never decided");
+        assert!(t.limit() <= RAMP_FROM, "limit {}", t.limit());
     }
 
     #[test]
