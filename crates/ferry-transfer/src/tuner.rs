@@ -85,6 +85,9 @@ const RAMP_RISE: f64 = 1.4;
 /// The last tick of a climbing start carries this much more than the one before: TCP's slow
 /// start gives x1.4 per 100 ms at 200 ms round trips, a full link x1.0.
 const STILL_RISING: f64 = 1.2;
+/// A tick of the first span carries at least this share of the busiest tick when the
+/// answers had begun in it (slow: 0 and 64 KiB against 320 had not).
+const BEGUN: f64 = 0.25;
 /// Requests in flight at the very start: not many more than a slow uplink takes, enough on
 /// a fast link to see it is one (wan: 8 carry 64 MB/s).
 pub(crate) const RAMP_FROM: usize = 8;
@@ -415,12 +418,16 @@ impl Tuner {
                 // MB/s, ticks of 320, 256, 320, 512 KiB: 1.44x span over span, the start went
                 // to 24, and the kernel timed out 6 starved connections).
                 let rising = (first..n - 2).all(|i| span(i + 1, i + 2) >= span(i, i + 1) * 0.9);
-                // And still rising in the last tick: answers that began late, then a flat
-                // full link (slow: 0, 64, 320, 320 KiB) are 10x span over span, no climb.
+                // Answers that began late, then a flat full link (slow: 0, 64, 320, 320 KiB)
+                // are 10x span over span, and no climb. A climb still rises in its last tick,
+                // or had begun in every tick of its first span: TCP's slow start may deliver
+                // a step per round trip, two ticks each at 200 ms (a, a, 2a, 2a).
+                let peak = (first..n - 1).map(|i| span(i, i + 1)).fold(0.0, f64::max);
                 let still = span(n - 2, n - 1) >= span(n - 3, n - 2) * STILL_RISING;
+                let begun = (first..n - 1 - RAMP_SPAN).all(|i| span(i, i + 1) >= peak * BEGUN);
                 let climbing = before > 0.0
                     && rising
-                    && still
+                    && (still || begun)
                     && span(n - 1 - RAMP_SPAN, n - 1) >= before * RAMP_RISE;
                 Some(match climbing {
                     true => to,
@@ -1081,6 +1088,20 @@ mod tests {
         let t = started_on(&[0, 512, 0, 64, 320, 320, 320, 320, 320]);
         assert!(t.ramp.is_none(), "the start never decided");
         assert!(t.limit() <= RAMP_FROM, "limit {}", t.limit());
+    }
+
+    #[test]
+    fn a_slow_start_that_steps_each_round_trip_goes_on() {
+        // 200 ms round trips, two ticks each: TCP may deliver a step per round trip, so the
+        // last tick is as flat as a full link's; the first span shows it had begun.
+        for kib in [
+            [0, 512, 800, 800, 1600, 1600],
+            [0, 512, 400, 800, 800, 1600],
+        ] {
+            let t = started_on(&kib);
+            assert!(t.ramp.is_none(), "{kib:?}: the start never decided");
+            assert_eq!(t.limit(), 24, "{kib:?}");
+        }
     }
 
     #[test]
