@@ -23,7 +23,7 @@ pub fn take(conninfo: &str) -> Result<(String, Taken)> {
 }
 
 /// True for the URL form of a connection string.
-pub fn is_url(conninfo: &str) -> bool {
+fn is_url(conninfo: &str) -> bool {
     conninfo.starts_with("postgres://") || conninfo.starts_with("postgresql://")
 }
 

@@ -94,6 +94,11 @@ pub(crate) const RAMP_FROM: usize = 8;
 /// Ticks in which the limit did not bind, after which the start ends where it is (2 s).
 const RAMP_LOOSE: u32 = 20;
 
+/// Requests that `rate` (bytes/s) carries with each moving a `block` within [`BLOCK_TIME`].
+fn block_time_fill(rate: f64, block: u64) -> f64 {
+    rate * BLOCK_TIME / block as f64
+}
+
 /// The start: a few requests until their rate says how many the link takes.
 #[derive(Debug)]
 struct Ramp {
@@ -390,9 +395,7 @@ impl Tuner {
             // (fewer requests never carry more): all of them when blocks are not known.
             let fit = |rate: f64| match self.reserved {
                 0 => to,
-                b => ((rate * BLOCK_TIME / b as f64) as usize)
-                    .max(self.limit)
-                    .min(to),
+                b => (block_time_fill(rate, b) as usize).max(self.limit).min(to),
             };
             // Going on is decided on the first RAMP_SPAN ticks after the burst, each of which
             // must carry it: one tick is not enough, new connections on a slow link still
@@ -494,7 +497,7 @@ impl Tuner {
         if block as f64 / per_request <= BLOCK_TIME {
             return false;
         }
-        let fill = (rate * BLOCK_TIME / block as f64).ceil() as usize;
+        let fill = block_time_fill(rate, block).ceil() as usize;
         let to = fill.min(self.down(rate)).max(self.floor).max(self.min);
         // A limit no lower than the requests in flight would not cut them: it does nothing
         // for the link now, and the next load queues behind it (seen behind `ferry serve`:
@@ -535,7 +538,7 @@ impl Tuner {
         let to = self.up().max(self.came_from);
         match block {
             0 => to,
-            b => to.min(((rate * BLOCK_TIME / b as f64) as usize).max(self.limit + 1)),
+            b => to.min((block_time_fill(rate, b) as usize).max(self.limit + 1)),
         }
     }
 
