@@ -41,6 +41,25 @@ impl Error {
         )
     }
 
+    /// True when the server said it has too much to do: it shed load (`503` with
+    /// `Retry-After`) or throttled (`429`, `503`, S3's `SlowDown`, Azure's `ServerBusy`). A
+    /// client then sends fewer requests at once; a connection reset alone is no such word.
+    pub fn is_overload(&self) -> bool {
+        match self {
+            Error::Busy(..) => true,
+            // Statuses with their reason: an object's name may hold "503" (a WAL segment).
+            Error::Transient(m) => [
+                "429 Too Many Requests",
+                "503 Service Unavailable",
+                "SlowDown",
+                "ServerBusy",
+            ]
+            .iter()
+            .any(|w| m.contains(w)),
+            _ => false,
+        }
+    }
+
     /// An I/O error with what was being done, classified by its kind.
     pub fn io(context: impl fmt::Display, e: std::io::Error) -> Self {
         use std::io::ErrorKind as K;
@@ -174,5 +193,18 @@ mod tests {
         let shown = super::concise(full);
         assert!(!shown.chars().any(|c| c.is_control()), "{shown:?}");
         assert!(shown.contains("Bad"), "{shown}");
+    }
+
+    /// Only a server's word that it is overloaded makes a client send fewer requests.
+    #[test]
+    fn overload_is_the_servers_word_not_a_reset() {
+        use super::Error;
+        let slow = "Server returned non-2xx status code: 503 Service Unavailable: <Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+        assert!(Error::Transient(super::concise(slow)).is_overload());
+        assert!(Error::Busy("shed".into(), std::time::Duration::from_secs(1)).is_overload());
+        let reset =
+            "GET http://127.0.0.1:9000/wal/000000010000000000000503: connection reset by peer";
+        assert!(!Error::Transient(reset.into()).is_overload());
+        assert!(!Error::Transient("stalled, no byte moved for 30s".into()).is_overload());
     }
 }

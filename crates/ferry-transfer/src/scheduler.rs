@@ -302,9 +302,14 @@ impl Scheduler {
         self.finished.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A transient failure: fewer requests in flight for a while.
-    pub fn record_error(&self) {
-        self.slots.lock().unwrap().tuner.on_error();
+    /// A transient failure: fewer requests in flight for a while when it is not a lone one
+    /// or `shed` (the server said it sheds load).
+    pub fn record_error(&self, shed: bool) {
+        self.slots
+            .lock()
+            .unwrap()
+            .tuner
+            .on_error(Instant::now(), shed);
     }
 
     /// Current limit of requests in flight.

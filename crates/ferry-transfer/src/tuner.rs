@@ -27,7 +27,14 @@
 //!   [`GAIN`] more under a descent) is climbed at once to where the last descent began.
 //! - No descent is judged on a window in which requests ran beyond the limit (urgent work
 //!   borrowing bulk's slots): their bytes are in the rate, so a descent would look free.
-//! - A transient error cuts the limit by a third, as TCP does.
+//! - A transient error cuts the limit by a third, as TCP does, when it is not alone: a
+//!   second within [`ERROR_SPAN`], or a server that said it sheds load. One connection that
+//!   the network reset says nothing of the load (lossy: one reset during the HEAD ended the
+//!   start at 5 requests, and the copy took 7 s longer).
+//! - The window just after a descent's step, which still carries the requests above the new
+//!   limit, is judged only for a faster link: on a link that did not change it carries no
+//!   more than the more requests before it did (drop: a link back 1 s after a step was seen
+//!   3 s later).
 //!
 //! Before all that, the start ([`Ramp`]): a few requests first, then the full start when
 //! their rate still climbs (TCP's slow start on a long link) or carries the full start's
@@ -75,6 +82,8 @@ const BLOCK_TIME: f64 = 4.0;
 const DRAIN_WINDOWS: u32 = 5;
 /// Windows without a waiting request after which an open probe is closed.
 const IDLE_WINDOWS: u32 = 2;
+/// A transient error this soon after the last one cuts the limit; a lone one does not.
+const ERROR_SPAN: Duration = Duration::from_secs(5);
 /// Ticks in a span of the start, whose climb is measured over two. A span holds a round
 /// trip of a long link (lfp: 200 ms), and is short next to a transfer.
 const RAMP_SPAN: usize = 2;
@@ -173,6 +182,8 @@ pub(crate) struct Tuner {
     /// 2, and the WAL alone afterwards queued for 10 s behind it).
     borrowing: bool,
     borrowed: bool,
+    /// When the last transient error came.
+    last_error: Option<Instant>,
 }
 
 /// What the scheduler sees at a tick.
@@ -231,6 +242,7 @@ impl Tuner {
             last_reserved: 0,
             borrowing: false,
             borrowed: false,
+            last_error: None,
         }
     }
 
@@ -314,11 +326,13 @@ impl Tuner {
         self.done_at = r.done;
         self.finished_at = r.finished;
         self.borrowed = std::mem::take(&mut self.borrowing);
+        let faster = self.faster_under_descent(rate);
         // After a descent, blocks already sent finish at their own pace: until they have,
         // the window measures the old limit.
         if r.in_flight > self.limit
             && self.probe == Some(Probe::Down)
             && self.draining < DRAIN_WINDOWS
+            && !faster
         {
             self.draining += 1;
             self.starved = false;
@@ -332,7 +346,7 @@ impl Tuner {
             self.settling = true;
             return false;
         }
-        if self.fixed || settling {
+        if self.fixed || (settling && !faster) {
             return false;
         }
         if starved {
@@ -514,6 +528,15 @@ impl Tuner {
         true
     }
 
+    /// True when a descent's window carried [`GAIN`] more than the window before it with
+    /// more requests: the link got faster, whether or not the window is one to judge.
+    fn faster_under_descent(&self, rate: f64) -> bool {
+        self.probe == Some(Probe::Down)
+            && !self.shortcut
+            && !self.borrowed
+            && self.base.is_some_and(|(base, _)| rate >= base * GAIN)
+    }
+
     /// Opens `probe`: the windows without waiters are counted from here.
     fn open(&mut self, probe: Probe) {
         self.probe = Some(probe);
@@ -657,9 +680,14 @@ impl Tuner {
         }
     }
 
-    /// A transient failure: back off multiplicatively.
-    pub(crate) fn on_error(&mut self) {
-        if !self.fixed {
+    /// A transient failure at `now`: back off multiplicatively unless it is a lone one;
+    /// `shed` when the server said it sheds load.
+    pub(crate) fn on_error(&mut self, now: Instant, shed: bool) {
+        let lone = self
+            .last_error
+            .replace(now)
+            .is_none_or(|last| now.duration_since(last) > ERROR_SPAN);
+        if !self.fixed && (shed || !lone) {
             // No full start on a link that fails already.
             self.ramp = None;
             self.set((self.limit * 2 / 3).max(self.min));
@@ -1117,14 +1145,65 @@ mod tests {
     fn fixed_limit_never_moves() {
         let mut t = Tuner::new(3, 128, true);
         simulate(&mut t, capped(8e6, 100e6), 10);
-        t.on_error();
+        let now = t.window_start;
+        t.on_error(now, true);
+        t.on_error(now, false);
         assert_eq!(t.limit(), 3);
     }
 
     #[test]
     fn errors_back_off() {
         let mut t = Tuner::new(30, 128, false);
-        t.on_error();
-        assert_eq!(t.limit(), 20);
+        let now = t.window_start;
+        t.on_error(now, false);
+        t.on_error(now + ERROR_SPAN / 2, false);
+        assert_eq!(t.limit(), 20, "a second error within ERROR_SPAN");
+        t.on_error(now + ERROR_SPAN, true);
+        assert_eq!(t.limit(), 13, "a server that sheds load");
+    }
+
+    #[test]
+    fn a_lone_reset_keeps_the_limit_and_the_start() {
+        // lossy: one connection reset during the HEAD ended the start at 5 requests, and a
+        // reset every 10 s kept the limit a third down.
+        let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
+        let now = t.window_start;
+        t.on_error(now, false);
+        assert!(t.ramp.is_some(), "a lone reset ended the start");
+        assert_eq!(t.limit(), RAMP_FROM);
+        let mut t = Tuner::new(24, 128, false);
+        for i in 1..=5 {
+            t.on_error(now + ERROR_SPAN * 2 * i, false);
+        }
+        assert_eq!(t.limit(), 24, "resets 10 s apart cut the limit");
+    }
+
+    #[test]
+    fn a_link_back_just_after_a_descents_step_is_climbed_in_the_next_window() {
+        // drop: the link came back 1 s after a step down, and the window after the step was
+        // skipped (it still carried the requests above the new limit): 3 s at 9 requests
+        // where 24 fill it.
+        let mut t = Tuner::new(16, 128, false);
+        simulate(&mut t, capped(8e6, 100e6), 30);
+        let mut low = Vec::new();
+        loop {
+            let before = t.limit();
+            low.extend(simulate(&mut t, capped(8e6, 25e6), 1));
+            if t.limit() < before && t.probe == Some(Probe::Down) && low.len() > 1 {
+                break;
+            }
+            assert!(low.len() < 20, "no descent's step: {low:?}");
+        }
+        let back = simulate(&mut t, capped(8e6, 100e6), 1);
+        assert!(back[0] >= 13, "{low:?} then {back:?}");
+    }
+
+    #[test]
+    fn a_descents_first_window_on_an_unchanged_link_is_not_judged() {
+        // The same link throughout: the window after each step is no reason to climb.
+        let mut t = Tuner::new(16, 128, false);
+        simulate(&mut t, capped(8e6, 100e6), 30);
+        let low = simulate(&mut t, capped(8e6, 25e6), 30);
+        assert!(low[10..].iter().all(|&l| l <= 8), "{low:?}");
     }
 }
