@@ -42,20 +42,17 @@ impl Error {
     }
 
     /// True when the server said it has too much to do: it shed load (`503` with
-    /// `Retry-After`) or throttled (`429`, `503`, S3's `SlowDown`, Azure's `ServerBusy`). A
-    /// client then sends fewer requests at once; a connection reset alone is no such word.
+    /// `Retry-After`) or throttled (`429`, or `503`: S3's `SlowDown`, Azure's `ServerBusy`,
+    /// GCS's rate limits). A client then sends fewer requests at once; a connection reset
+    /// alone is no such word.
     pub fn is_overload(&self) -> bool {
         match self {
             Error::Busy(..) => true,
-            // Statuses with their reason: an object's name may hold "503" (a WAL segment).
-            Error::Transient(m) => [
-                "429 Too Many Requests",
-                "503 Service Unavailable",
-                "SlowDown",
-                "ServerBusy",
-            ]
-            .iter()
-            .any(|w| m.contains(w)),
+            // The status with its reason, as object_store and cloud::signed write it: an
+            // object's name may hold "503" (a WAL segment) or "SlowDown".
+            Error::Transient(m) => ["429 Too Many Requests", "503 Service Unavailable"]
+                .iter()
+                .any(|w| m.contains(w)),
             _ => false,
         }
     }
@@ -206,5 +203,7 @@ mod tests {
             "GET http://127.0.0.1:9000/wal/000000010000000000000503: connection reset by peer";
         assert!(!Error::Transient(reset.into()).is_overload());
         assert!(!Error::Transient("stalled, no byte moved for 30s".into()).is_overload());
+        let named = "PUT https://h/b/SlowDown.log: HTTP error: connection reset";
+        assert!(!Error::Transient(named.into()).is_overload());
     }
 }

@@ -3,7 +3,7 @@
 //! The rate is measured on the wire (bytes every request sent or received, from
 //! `ferry_store::flow`), or from finished requests for stores that report no flow, in windows
 //! of [`WINDOW`], shorter when requests are short; the window after a change is skipped,
-//! while new connections ramp up.
+//! while new connections ramp up (but see the last point: a link that got faster).
 //! - Climb (x1.5) only while a step raises the rate by [`GAIN`]; a step that does not pay is
 //!   taken back, since more requests carrying the same rate only queue behind each other (each
 //!   block then takes longer: the slow-uplink failure, 25 streams at 0.12 MB/s each).
@@ -17,24 +17,27 @@
 //!   that limit or below until the link changes: a link whose every connection is that slow
 //!   needs them all).
 //! - A window after a descent counts only once the requests in flight are down to the limit
-//!   (or after [`DRAIN_WINDOWS`], so that one hung request cannot freeze the tuner).
+//!   (or after [`DRAIN_WINDOWS`], so that one hung request cannot freeze the tuner), unless
+//!   it shows a faster link (the last point).
 //! - A probe is judged in a window where requests waited for a slot; after [`IDLE_WINDOWS`]
 //!   without any it is closed (an upward one taken back), so that a slow source or the tail of
 //!   a transfer never leaves one open.
 //! - Settled, probe upwards after one window, downwards after [`PROBE_AFTER`]: links change;
 //!   and at once, up or down, when the rate rises or falls by [`RISE`] with the same requests.
 //!   A link that got faster (the same requests carried [`RISE`] more, or fewer carried
-//!   [`GAIN`] more under a descent) is climbed at once to where the last descent began.
+//!   [`GAIN`] more under a descent, [`LEAP`] more under the block-time one) is climbed at
+//!   once to where the last descent began.
 //! - No descent is judged on a window in which requests ran beyond the limit (urgent work
 //!   borrowing bulk's slots): their bytes are in the rate, so a descent would look free.
 //! - A transient error cuts the limit by a third, as TCP does, when it is not alone: a
 //!   second within [`ERROR_SPAN`], or a server that said it sheds load. One connection that
 //!   the network reset says nothing of the load (lossy: one reset during the HEAD ended the
 //!   start at 5 requests, and the copy took 7 s longer). At most one cut per window.
-//! - The window just after a descent's step, which still carries the requests above the new
-//!   limit, is judged only for a faster link: on a link that did not change it carries no
-//!   more than the more requests before it did (drop: a link back 1 s after a step was seen
-//!   3 s later).
+//! - The windows just after a descent's step (settling, or draining the requests above the
+//!   new limit) are judged only for a faster link: on a link that did not change they carry
+//!   no more than the more requests before the descent did ([`RISE`] more while draining,
+//!   where the old requests still run). Without it, a link back 1 s after a step was seen 3 s
+//!   later (drop). Not after idle: the first window then holds a burst into empty buffers.
 //!
 //! Before all that, the start ([`Ramp`]): a few requests first, then the full start when
 //! their rate still climbs (TCP's slow start on a long link) or carries the full start's
@@ -186,6 +189,9 @@ pub(crate) struct Tuner {
     /// 2, and the WAL alone afterwards queued for 10 s behind it).
     borrowing: bool,
     borrowed: bool,
+    /// The last change of the limit was a descent's step: its settling window may be judged
+    /// for a faster link (not one after idle, which holds a burst).
+    stepped_down: bool,
     /// When the last transient error came, and the last cut for one.
     last_error: Option<Instant>,
     last_cut: Option<Instant>,
@@ -247,6 +253,7 @@ impl Tuner {
             last_reserved: 0,
             borrowing: false,
             borrowed: false,
+            stepped_down: false,
             last_error: None,
             last_cut: None,
         }
@@ -332,14 +339,13 @@ impl Tuner {
         self.done_at = r.done;
         self.finished_at = r.finished;
         self.borrowed = std::mem::take(&mut self.borrowing);
-        let faster = self.faster_under_descent(rate);
         // After a descent, blocks already sent finish at their own pace: until they have,
         // the window measures the old limit.
-        if r.in_flight > self.limit
+        let draining = r.in_flight > self.limit
             && self.probe == Some(Probe::Down)
-            && self.draining < DRAIN_WINDOWS
-            && !faster
-        {
+            && self.draining < DRAIN_WINDOWS;
+        let faster = self.stepped_down && self.faster_under_descent(rate, draining);
+        if draining && !faster {
             self.draining += 1;
             self.starved = false;
             return false;
@@ -350,12 +356,15 @@ impl Tuner {
         if in_flight < 0.5 {
             // Idle: whatever comes next starts with a burst again.
             self.settling = true;
+            self.stepped_down = false;
             return false;
         }
         if self.fixed || (settling && !faster) {
             return false;
         }
-        if starved {
+        // A window judged early for a faster link still holds requests of the old limit:
+        // what one request carries is not measured in it.
+        if starved && !settling {
             self.per_request = (self.per_request * FORGET).max(rate / in_flight);
         }
         let before = self.limit;
@@ -534,13 +543,17 @@ impl Tuner {
         true
     }
 
-    /// True when a descent's window carried more than the window before it with more
-    /// requests (see [`Self::faster`]): the link got faster, whether or not the window is one
-    /// to judge.
-    fn faster_under_descent(&self, rate: f64) -> bool {
+    /// True when a descent's window carried more than the best rate before the descent,
+    /// with more requests (see [`Self::faster`]; [`RISE`] more at least while `draining`,
+    /// as the old requests still run): the link got faster, whether or not the window is
+    /// one to judge.
+    fn faster_under_descent(&self, rate: f64, draining: bool) -> bool {
+        let least = if draining { RISE } else { 0.0 };
         self.probe == Some(Probe::Down)
             && !self.borrowed
-            && self.base.is_some_and(|(base, _)| self.faster(rate, base))
+            && self
+                .base
+                .is_some_and(|(base, _)| self.faster(rate, base) && rate >= base * least)
     }
 
     /// Fewer requests carried `rate` where more carried `base`: [`GAIN`] more means a faster
@@ -560,7 +573,10 @@ impl Tuner {
 
     fn set(&mut self, limit: usize) {
         let limit = limit.clamp(self.min, self.max);
-        self.settling |= limit != self.limit;
+        if limit != self.limit {
+            self.settling = true;
+            self.stepped_down = limit < self.limit;
+        }
         self.limit = limit;
     }
 
@@ -629,11 +645,13 @@ impl Tuner {
                 self.next_down = true;
             }
             Some(Probe::Down) if self.faster(rate, base_rate) => {
-                // Fewer requests carried more than the best before: on a link that did not
-                // change they never do, so it got faster under the descent (the drop
-                // profile's link came back, and a descent that went on down held 8-12
-                // requests for 17 s where 24 fill it). Climb at once, to where the descent
-                // began.
+                // Fewer requests (or, while they drain, no more) carried more than the best
+                // before: on a link that did not change they never do, so it got faster
+                // under the descent (the drop profile's link came back, and a descent that
+                // went on down held 8-12 requests for 17 s where 24 fill it). Climb at once,
+                // to where the descent began. The block-time descent, if this was one, is
+                // over: a probe that fails later is no reason for its floor.
+                self.shortcut = false;
                 self.base = Some((rate, self.limit));
                 self.open(Probe::Up);
                 self.set(self.back(rate, block));
@@ -1234,6 +1252,65 @@ mod tests {
         }
         let back = simulate(&mut t, capped(8e6, 100e6), 1);
         assert!(back[0] >= 13, "{low:?} then {back:?}");
+        // The block-time descent is over: an upward probe that fails later leaves no floor
+        // under the next one.
+        assert!(!t.shortcut);
+        simulate(&mut t, capped(8e6, 100e6), 10);
+        assert_eq!(t.floor, 0);
+    }
+
+    /// One window of `rate` bytes/s with `in_flight` requests and requests waiting.
+    fn window(t: &mut Tuner, rate: f64, in_flight: usize) {
+        let now = t.window_start + WINDOW;
+        t.note_waiting();
+        let wire = t.wire_at + (rate * WINDOW.as_secs_f64()) as u64;
+        t.tick(
+            Reading {
+                in_flight,
+                ..reading(wire, 0)
+            },
+            now,
+        );
+    }
+
+    /// A tuner settled on a 100 MB/s link, just after the first step of a descent opened by
+    /// the link falling to 25 MB/s; returns it and the rate it descends from.
+    fn descending() -> (Tuner, f64) {
+        let mut t = Tuner::new(16, 128, false);
+        simulate(&mut t, capped(8e6, 100e6), 30);
+        for _ in 0..10 {
+            let before = t.limit();
+            simulate(&mut t, capped(8e6, 25e6), 1);
+            if t.limit() < before {
+                let (base, _) = t.base.expect("a descent has a base");
+                assert_eq!(t.probe, Some(Probe::Down));
+                return (t, base);
+            }
+        }
+        panic!("no descent");
+    }
+
+    #[test]
+    fn draining_windows_need_a_clear_rise() {
+        // While the requests above the new limit drain, the window still holds them: a few
+        // percent over the base is noise, not a faster link; half as much again is one.
+        let (mut t, base) = descending();
+        let (limit, old) = (t.limit(), t.limit() * 2);
+        window(&mut t, base * 1.2, old);
+        assert_eq!(t.limit(), limit, "climbed on noise while draining");
+        window(&mut t, base * 1.5, old);
+        assert!(t.limit() > limit, "a link back while draining was not seen");
+    }
+
+    #[test]
+    fn the_burst_after_idle_is_no_faster_link() {
+        // A descent left open through an idle spell: the first busy window after it holds
+        // the burst into empty buffers, whatever the link.
+        let (mut t, base) = descending();
+        let limit = t.limit();
+        window(&mut t, 0.0, 0);
+        window(&mut t, base * 3.0, limit);
+        assert!(t.limit() <= limit, "climbed on a burst after idle");
     }
 
     #[test]
