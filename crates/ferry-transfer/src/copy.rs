@@ -358,7 +358,7 @@ impl Engine {
             attempts: 8,
             ..self.cfg.retry
         };
-        let abort = policy.run(&what, 0, |_| {}, || dst.abort_upload(up));
+        let abort = policy.run(&what, 0, |_, _| {}, || dst.abort_upload(up));
         if let Ok(Err(e)) | Err(e) = tokio::time::timeout(ABORT_TIMEOUT, abort)
             .await
             .map_err(|_| Error::Transient("abort timed out".into()))

@@ -242,9 +242,9 @@ impl Engine {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let on_retry = |e: &ferry_store::Error| {
+        let on_retry = |e: &ferry_store::Error, sent| {
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
-            self.sched.record_error(e.is_overload());
+            self.sched.record_error(sent, e.is_overload());
         };
         self.cfg.retry.run(what, bytes, on_retry, op).await
     }

@@ -58,9 +58,9 @@ impl RetryPolicy {
     }
 
     /// Runs `op` until it succeeds, fails permanently or runs out of attempts; `on_retry` is
-    /// told of every transient failure.
+    /// told of every transient failure, with when the failed attempt began.
     pub async fn run<T, F, Fut>(
-        &self, what: &str, bytes: u64, mut on_retry: impl FnMut(&Error), mut op: F,
+        &self, what: &str, bytes: u64, mut on_retry: impl FnMut(&Error, Instant), mut op: F,
     ) -> Result<T>
     where
         F: FnMut() -> Fut,
@@ -68,6 +68,7 @@ impl RetryPolicy {
     {
         let (mut attempt, mut shed) = (0, Duration::ZERO);
         loop {
+            let sent = Instant::now();
             let err = match self.watched(what, bytes, op()).await {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
@@ -93,7 +94,7 @@ impl RetryPolicy {
                 });
             }
             tracing::debug!(%what, attempt, error = %err, "retrying");
-            on_retry(&err);
+            on_retry(&err, sent);
             let pause = self.backoff(attempt.max(1)) + floor.unwrap_or_default();
             tokio::time::sleep(pause).await;
         }
@@ -171,7 +172,7 @@ mod tests {
             .run(
                 "op",
                 0,
-                |_| retries += 1,
+                |_, _| retries += 1,
                 || async {
                     match calls.fetch_add(1, Ordering::SeqCst) {
                         0 | 1 => Err(Error::Transient("reset".into())),
@@ -191,7 +192,7 @@ mod tests {
             .run(
                 "op",
                 0,
-                |_| {},
+                |_, _| {},
                 || async {
                     calls.fetch_add(1, Ordering::SeqCst);
                     Err(Error::Denied("no".into()))
@@ -204,7 +205,7 @@ mod tests {
             .run(
                 "op",
                 0,
-                |_| {},
+                |_, _| {},
                 || async { Err(Error::Transient("x".into())) },
             )
             .await;
@@ -224,7 +225,7 @@ mod tests {
             .run(
                 "op",
                 0,
-                |_| {},
+                |_, _| {},
                 || async {
                     match calls.fetch_add(1, Ordering::SeqCst) {
                         0..=5 => Err(Error::Busy("busy".into(), after)),
@@ -246,7 +247,7 @@ mod tests {
             .run(
                 "op",
                 0,
-                |_| {},
+                |_, _| {},
                 || async { Err(Error::Busy("busy".into(), after)) },
             )
             .await;

@@ -302,14 +302,15 @@ impl Scheduler {
         self.finished.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A transient failure: fewer requests in flight for a while when it is not a lone one
-    /// or `shed` (the server said it sheds load).
-    pub fn record_error(&self, shed: bool) {
+    /// A transient failure of a request sent at `sent`: fewer requests in flight for a while
+    /// when errors are not a few among many, or `shed` (the server said it has too much to do).
+    pub fn record_error(&self, sent: Instant, shed: bool) {
+        let finished = self.finished.load(Ordering::Relaxed);
         self.slots
             .lock()
             .unwrap()
             .tuner
-            .on_error(Instant::now(), shed);
+            .on_error(Instant::now(), sent, finished, shed);
     }
 
     /// Current limit of requests in flight.
