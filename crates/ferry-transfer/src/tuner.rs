@@ -199,11 +199,20 @@ pub(crate) struct Tuner {
     /// The last change of the limit lowered it (a descent's step, when a probe is down): its
     /// settling window may be judged for a faster link (not one after idle: a burst).
     stepped_down: bool,
-    /// The errors counted: since when, the requests finished then less those in flight
-    /// (what the requests tried since are counted from), and how many.
-    errors: Option<(Instant, f64, u32)>,
+    /// The errors counted in the present span.
+    errors: Option<Errors>,
     /// When the limit was last cut for errors.
     last_cut: Option<Instant>,
+}
+
+/// Errors counted over a span of at most [`ERROR_SPAN`].
+#[derive(Debug, Clone, Copy)]
+struct Errors {
+    since: Instant,
+    /// The requests finished when the span began, less those then in flight: the requests
+    /// tried since are the requests finished now less this.
+    from: f64,
+    count: u32,
 }
 
 /// What the scheduler sees at a tick.
@@ -555,7 +564,7 @@ impl Tuner {
     /// True when a window just after a descent's step (settling, or draining the requests
     /// above the new limit) carried clearly more than the best rate before the descent, with
     /// the requests of then: [`RISE`] more at least, since it still holds those requests and
-    /// a few percent are noise (see [`Self::faster`] for the rest). The link got faster, and
+    /// a few percent are noise (see [`Self::faster_by`] for the rest). The link got faster, and
     /// the window is judged though it is early.
     fn faster_under_descent(&self, rate: f64) -> bool {
         self.stepped_down
@@ -563,16 +572,20 @@ impl Tuner {
             && !self.borrowed
             && self
                 .base
-                .is_some_and(|(base, _)| self.faster(rate, base) && rate >= base * RISE)
+                .is_some_and(|(base, _)| rate >= base * self.faster_by().max(RISE))
     }
 
-    /// Fewer requests carried `rate` where more carried `base`: [`GAIN`] more means a faster
-    /// link, or [`LEAP`] more after the block-time descent. Its base was measured with too
+    /// How much more than the rate before a descent fewer requests must carry for a faster
+    /// link: [`GAIN`], or [`LEAP`] after the block-time descent. Its base was measured with too
     /// many requests, which carry less on a slow link, and fewer beating it by a little says
     /// nothing of the link (it swung 3 -> 5 -> 3 for good); twice as much does (drop: 24 ->
     /// 55 MB/s when the link came back, seen a window later without it).
-    fn faster(&self, rate: f64, base: f64) -> bool {
-        rate >= base * if self.shortcut { LEAP } else { GAIN }
+    fn faster_by(&self) -> f64 {
+        if self.shortcut {
+            LEAP
+        } else {
+            GAIN
+        }
     }
 
     /// Opens `probe`: the windows without waiters are counted from here.
@@ -654,7 +667,7 @@ impl Tuner {
                 self.settled = 0;
                 self.next_down = true;
             }
-            Some(Probe::Down) if self.faster(rate, base_rate) => {
+            Some(Probe::Down) if rate >= base_rate * self.faster_by() => {
                 // Fewer requests (or, while they drain, no more) carried more than the best
                 // before: on a link that did not change they never do, so it got faster
                 // under the descent (the drop profile's link came back, and a descent that
@@ -728,15 +741,20 @@ impl Tuner {
         if self.fixed || self.last_cut.is_some_and(|cut| sent < cut) {
             return;
         }
-        let (since, from, errors) = match self.errors {
-            Some((since, from, n)) if now.duration_since(since) <= ERROR_SPAN => {
-                (since, from, n + 1)
-            }
-            _ => (now, finished as f64 - self.limit as f64, 1),
+        let e = match self.errors {
+            Some(e) if now.duration_since(e.since) <= ERROR_SPAN => Errors {
+                count: e.count + 1,
+                ..e
+            },
+            _ => Errors {
+                since: now,
+                from: finished as f64 - self.limit as f64,
+                count: 1,
+            },
         };
-        self.errors = Some((since, from, errors));
-        let tried = finished as f64 - from;
-        if !shed && (errors < 2 || f64::from(errors) <= tried * ERROR_SHARE) {
+        self.errors = Some(e);
+        let tried = finished as f64 - e.from;
+        if !shed && (e.count < 2 || f64::from(e.count) <= tried * ERROR_SHARE) {
             return;
         }
         self.errors = None;
@@ -1211,7 +1229,7 @@ mod tests {
 
     #[test]
     fn errors_back_off() {
-        // Sent at `now`, failed at `then`, with `done` requests finished so far.
+        // on_error(failed at, sent at, requests finished so far, overload).
         let mut t = Tuner::new(30, 128, false);
         let now = t.window_start;
         let at = |s: f64| now + Duration::from_secs_f64(s);
