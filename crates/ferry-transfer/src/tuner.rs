@@ -108,6 +108,11 @@ const RAMP_RISE: f64 = 1.4;
 /// The last tick of a climbing start carries this much more than the one before: TCP's slow
 /// start gives x1.4 per 100 ms at 200 ms round trips, a full link x1.0.
 const STILL_RISING: f64 = 1.2;
+/// A start whose last tick is flat climbs only if it doubled span over span (at least this
+/// much): TCP's slow start stepping once a round trip doubles each step, noise on a full link
+/// does not (asym's 12 MB/s uplink: ticks of 832, 832, 1280, 1280 KiB, 1.54x, and the start
+/// went to 24 where 9 fill it).
+const STEP_RISE: f64 = 1.8;
 /// A tick of the first span carries at least this share of the busiest tick when the
 /// answers had begun in it (slow: 0 and 64 KiB against 320 had not).
 const BEGUN: f64 = 0.25;
@@ -475,10 +480,10 @@ impl Tuner {
                 let peak = (first..n - 1).map(|i| span(i, i + 1)).fold(0.0, f64::max);
                 let still = span(n - 2, n - 1) >= span(n - 3, n - 2) * STILL_RISING;
                 let begun = (first..n - 1 - RAMP_SPAN).all(|i| span(i, i + 1) >= peak * BEGUN);
+                let rise = span(n - 1 - RAMP_SPAN, n - 1) / before;
                 let climbing = before > 0.0
                     && rising
-                    && (still || begun)
-                    && span(n - 1 - RAMP_SPAN, n - 1) >= before * RAMP_RISE;
+                    && ((still && rise >= RAMP_RISE) || (begun && rise >= STEP_RISE));
                 Some(match climbing {
                     true => to,
                     false => fit(rate(n - 1 - RAMP_SPAN, n - 1)),
@@ -612,7 +617,20 @@ impl Tuner {
     /// [`BLOCK_TIME`] at the present rate (on a slow uplink a burst of requests is the failure
     /// the start avoids), but always at least one request more.
     fn back(&self, rate: f64, block: u64) -> usize {
-        let to = self.up().max(self.came_from);
+        self.within_block_time(self.up().max(self.came_from), rate, block)
+    }
+
+    /// An upward probe that nothing has paid for yet: a usual step, kept within
+    /// [`BLOCK_TIME`] as [`Self::back`] is. On a link that the requests in flight already fill
+    /// with blocks near that time, a step of half again put 14 on asym's 12 MB/s uplink where 9
+    /// fill it, and one of the new connections timed out in the kernel's queue (1 in 15 runs).
+    fn probe_up(&self, rate: f64, block: u64) -> usize {
+        self.within_block_time(self.up(), rate, block)
+    }
+
+    /// `to`, or fewer: what `rate` carries with each `block` within [`BLOCK_TIME`], and at
+    /// least one request more than now.
+    fn within_block_time(&self, to: usize, rate: f64, block: u64) -> usize {
         match block {
             0 => to,
             b => to.min((block_time_fill(rate, b) as usize).max(self.limit + 1)),
@@ -636,7 +654,7 @@ impl Tuner {
         let Some((base_rate, base_limit)) = self.base else {
             self.base = Some((rate, self.limit));
             self.open(Probe::Up);
-            self.set(self.up());
+            self.set(self.probe_up(rate, block));
             return;
         };
         match self.probe.take() {
@@ -725,7 +743,7 @@ impl Tuner {
                             (Probe::Down, self.down(rate))
                         }
                         (false, true) if !self.borrowed => (Probe::Up, self.back(rate, block)),
-                        (false, _) => (Probe::Up, self.up()),
+                        (false, _) => (Probe::Up, self.probe_up(rate, block)),
                     };
                     self.open(probe);
                     self.set(to);
@@ -854,6 +872,16 @@ mod tests {
         let seen = simulate(&mut t, capped(100e6, 4e6), 60);
         let tail = &seen[40..];
         assert!(tail.iter().all(|&l| l <= 4), "limits {seen:?}");
+    }
+
+    #[test]
+    fn probes_on_a_link_already_full_add_a_request_at_a_time() {
+        // asym: 12 MB/s up, 9 requests of 5 MiB fill it within the block time. A probe of half
+        // again (14) queued the new connections behind the full link; one timed out.
+        let mut t = Tuner::new(9, 128, false);
+        let seen = simulate(&mut t, capped(50e6, 12e6), 30);
+        assert!(seen.iter().all(|&l| l <= 10), "limits {seen:?}");
+        assert!(seen.contains(&10), "never probed upwards: {seen:?}");
     }
 
     #[test]
@@ -1208,6 +1236,15 @@ mod tests {
             assert!(t.ramp.is_none(), "{kib:?}: the start never decided");
             assert_eq!(t.limit(), 24, "{kib:?}");
         }
+    }
+
+    #[test]
+    fn noise_on_a_full_link_is_no_step_of_a_slow_start() {
+        // KiB per tick of an upload on asym (12 MB/s up, 40 ms round trips), as logged: two
+        // flat pairs, 1.54x span over span. The start went to 24 where 9 fill the link.
+        let t = started_on(&[0, 900, 832, 832, 1280, 1280]);
+        assert!(t.ramp.is_none(), "the start never decided");
+        assert!(t.limit() <= 10, "limit {}", t.limit());
     }
 
     #[test]
