@@ -212,15 +212,14 @@ async fn push_held(
         .acquire_many_owned(permits(2 * meta.len()))
         .await
         .expect("never closed");
-    let data = read_wal(path).await?;
-    let prepared = archive.prepare(&name, data, |bytes| {
-        // The original is gone: from here on the sealed object alone is held.
-        let keep = (permits(bytes as u64) as usize).min(held.num_permits());
-        drop(held.split(held.num_permits() - keep));
-    });
-    let pushed = match prepared.await? {
+    let pushed = match archive.prepare(&name, read_wal(path).await?).await? {
         Prepared::Done(p) => p,
-        Prepared::Sealed(sealed) => archive.store(sealed).await?,
+        Prepared::Sealed(sealed) => {
+            // The original is gone: from here on the sealed object alone is held.
+            let keep = (permits(sealed.held() as u64) as usize).min(held.num_permits());
+            drop(held.split(held.num_permits() - keep));
+            archive.store(sealed).await?
+        }
     };
     Ok((pushed.header().hash_hex(), meta))
 }

@@ -65,6 +65,13 @@ pub struct Sealed {
     obj: Vec<u8>,
 }
 
+impl Sealed {
+    /// Bytes held: the archived object.
+    pub fn held(&self) -> usize {
+        self.obj.len()
+    }
+}
+
 /// A gap the drop policy left in the archive: PITR cannot cross it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gap {
@@ -222,20 +229,16 @@ impl Archive {
     /// Archives `data` as `name`. Succeeds without writing when the archive already holds the
     /// same content; refuses to replace different content.
     pub async fn push(&self, name: &WalName, data: Vec<u8>) -> Result<Pushed> {
-        match self.prepare(name, data, |_| {}).await? {
+        match self.prepare(name, data).await? {
             Prepared::Done(p) => Ok(p),
             Prepared::Sealed(s) => self.store(s).await,
         }
     }
 
     /// The first half of [`Archive::push`]: checks `data`, seals it and looks at what the
-    /// archive holds under `name`. The original is dropped as soon as it is sealed, and
-    /// `sealed` is told the bytes held from then on, while the archive's answer may still be
-    /// a round trip away: a caller holding many files at once counts each at its sealed size
-    /// from there (on lfp the look took 0.2 s, the sealing 0.05).
-    pub async fn prepare(
-        &self, name: &WalName, data: Vec<u8>, sealed: impl FnOnce(usize) + Send,
-    ) -> Result<Prepared> {
+    /// archive holds under `name`. The original is dropped before it returns, so that a
+    /// caller holding many files at once can count each at its sealed size from here on.
+    pub async fn prepare(&self, name: &WalName, data: Vec<u8>) -> Result<Prepared> {
         let segment = match name.kind() {
             Kind::Segment | Kind::Partial => Some(page::read(name, &data)?),
             _ => None,
@@ -247,23 +250,15 @@ impl Archive {
             }
         };
         let (level, key, file) = (self.level, self.key.clone(), name.to_string());
-        let sealing = async {
-            // The original is dropped with this closure: with eight segments in flight,
-            // keeping each 16 MiB through its upload doubled the agent's peak RSS (bench/wal.sh,
-            // 80 -> 161 MiB).
-            let done = tokio::task::spawn_blocking(move || {
-                envelope::seal(&data, level, &file, key.as_ref())
-            })
-            .await
-            .map_err(|e| Error::Permanent(format!("compress: {e}")))??;
-            sealed(done.1.len());
-            Ok::<_, Error>(done)
-        };
+        let sealing = tokio::task::spawn_blocking(move || {
+            envelope::seal(&data, level, &file, key.as_ref()).map(|(h, obj)| (h, obj, data))
+        });
         // The ownership check, the existence check and compression overlap: a sync push
         // (a new process per segment) pays their round trips once, not in turn.
-        let (claimed, existing, done) = tokio::join!(claim, self.peek(name), sealing);
+        let (claimed, existing, sealed) = tokio::join!(claim, self.peek(name), sealing);
         claimed?;
-        let (header, obj) = done?;
+        let (header, obj, data) =
+            sealed.map_err(|e| Error::Permanent(format!("compress: {e}")))??;
         match existing {
             // The header speaks only for itself: before PostgreSQL is told the file is safe
             // (and recycles it), the stored copy is read back and checked whole against that
@@ -281,15 +276,20 @@ impl Archive {
             // Plaintext in an encrypted archive: fetch refuses it, so it is replaced by this
             // sealed copy (whoever can write the store may have planted it).
             Ok(h) if h.cipher == Cipher::None && self.key.is_some() => {}
-            // Encrypted, and this push has no key to compare with (plaintext against a push
-            // that has one was taken above: the ciphers differ no other way).
+            // Encrypted, and this push has no key to compare with.
             Ok(h) if h.cipher != header.cipher => {
-                return Err(Error::Invalid(format!(
-                    "{name} is already in archive {} encrypted, but this push has no \
-                     repository key (no ferry-repo marker at --repo?); refusing to store WAL \
-                     in plaintext beside it",
-                    self.url()
-                )))
+                match h.describes(&data, name.as_str(), self.key.as_ref()) {
+                    Some(true) => return Ok(Prepared::Done(Pushed::AlreadyArchived(header))),
+                    Some(false) => return Err(self.differs(name)),
+                    None => {
+                        return Err(Error::Invalid(format!(
+                            "{name} is already in archive {} encrypted, but this push has no \
+                             repository key (no ferry-repo marker at --repo?); refusing to \
+                             store WAL in plaintext beside it",
+                            self.url()
+                        )))
+                    }
+                }
             }
             Ok(_) => return Err(self.differs(name)),
             Err(Error::NotFound(_)) => {}
@@ -297,6 +297,9 @@ impl Archive {
             Err(Error::Checksum(_)) => {}
             Err(e) => return Err(e),
         }
+        // The original is needed no longer: with eight segments in flight, keeping each
+        // 16 MiB through its upload doubled the agent's peak RSS (bench/wal.sh, 80 -> 161 MiB).
+        drop(data);
         Ok(Prepared::Sealed(Sealed {
             key: self.key(&name.key()),
             header,

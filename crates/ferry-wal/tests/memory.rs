@@ -8,7 +8,7 @@ use ferry_store::memory::MemoryStore;
 use ferry_store::{Meta, Store};
 use ferry_transfer::{Class, Engine, EngineConfig, Error};
 use ferry_wal::envelope::{self, Cipher};
-use ferry_wal::{Archive, Cluster, Gap, Kind, Prepared, Pushed, WalKey, WalName};
+use ferry_wal::{Archive, Cluster, Gap, Kind, Pushed, WalKey, WalName};
 
 /// The smallest segment size PostgreSQL allows: the tests move little.
 const SEG: u64 = 1 << 20;
@@ -525,32 +525,4 @@ async fn a_segment_is_bounded_by_the_clusters_segment_size() {
     // large): what refused it above was the segment size.
     let (_, data) = envelope::open(&obj, "x", n3.as_str(), None, envelope::MAX_LEN).unwrap();
     assert_eq!(data.len() as u64, 4 * SEG);
-}
-
-#[tokio::test]
-async fn prepare_tells_the_bytes_held_once_the_original_is_sealed() {
-    // The push agent counts a file twice while it is read and sealed, then at this size: told
-    // before the archive's answer, which may be a round trip away.
-    let store = Arc::new(MemoryStore::new());
-    let a = archive(&store, None);
-    let n = name("000000010000000000000003");
-    let data = segment(&n, SYSTEM_ID, 1);
-    let mut told = Vec::new();
-    let prepared = a.prepare(&n, data.clone(), |b| told.push(b)).await;
-    let Prepared::Sealed(sealed) = prepared.unwrap() else {
-        panic!("nothing to store on an empty archive")
-    };
-    a.store(sealed).await.unwrap();
-    let stored = store.bytes(&object_key(&n)).unwrap().len();
-    assert_eq!(told, vec![stored], "told once, the sealed object's size");
-    assert!(stored < data.len() / 2, "{stored} bytes: not compressed");
-
-    // Already archived: told all the same, and nothing is stored.
-    let mut again = Vec::new();
-    let prepared = a.prepare(&n, data, |b| again.push(b)).await.unwrap();
-    assert!(matches!(
-        prepared,
-        Prepared::Done(Pushed::AlreadyArchived(_))
-    ));
-    assert_eq!(again, vec![stored]);
 }
