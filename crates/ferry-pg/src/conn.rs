@@ -75,50 +75,32 @@ pub fn has_password(conninfo: &str) -> bool {
     redact(conninfo) != conninfo
 }
 
-/// Where in `s` the first character that `stop` matches and no backslash escapes is.
-fn unescaped(s: &str, stop: impl Fn(char) -> bool) -> Option<usize> {
-    let mut esc = false;
-    for (k, c) in s.char_indices() {
-        match (esc, c) {
-            (true, _) => esc = false,
-            (false, '\\') => esc = true,
-            (false, c) if stop(c) => return Some(k),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// `conninfo` with its password replaced by `***`, for messages: `password=...` (quoted or
-/// not, key=value form or a URL query) and the `user:password@` of a URL.
+/// `conninfo` with its password replaced by `***`, for messages: the value of every
+/// `password` setting as libpq reads them ([`libpq::pairs`]: quoted or not, key=value form
+/// or a URL query, its key percent-encoded or not), the `user:password@` of a URL, and all
+/// from a quote left open on.
 pub fn redact(conninfo: &str) -> String {
-    let mut out = conninfo.to_string();
+    let mut hide = Vec::new();
     // URL userinfo: scheme://user:password@host (libpq::host_start).
-    if let (Some(start), Some(host)) = (out.find("://"), libpq::host_start(&out)) {
-        let info = &out[start + 3..host];
+    if let (Some(start), Some(host)) = (conninfo.find("://"), libpq::host_start(conninfo)) {
+        let info = &conninfo[start + 3..host];
         if let Some(colon) = info.strip_suffix('@').and_then(|i| i.find(':')) {
-            out.replace_range(start + 3 + colon + 1..host - 1, "***");
+            hide.push(start + 3 + colon + 1..host - 1);
         }
     }
-    // password=value, in key=value form (value quoted or not) or a URL query.
-    let mut from = 0;
-    while let Some(i) = out[from..].find("password").map(|i| i + from) {
-        let after = out[i + 8..].trim_start();
-        let Some(v) = after.strip_prefix('=') else {
-            from = i + 8;
-            continue;
-        };
-        let v = v.trim_start();
-        let vstart = out.len() - v.len();
-        let vend = if let Some(q) = v.strip_prefix('\'') {
-            // A quoted value ends at the first quote not escaped by a backslash.
-            vstart + 1 + unescaped(q, |c| c == '\'').map_or(q.len(), |k| k + 1)
-        } else {
-            // A plain value ends at whitespace (or '&' in a URL) not escaped by a backslash.
-            vstart + unescaped(v, |c| matches!(c, ' ' | '&' | '\t')).unwrap_or(v.len())
-        };
-        out.replace_range(vstart..vend, "***");
-        from = vstart + 3;
+    match libpq::pairs(conninfo) {
+        Ok(pairs) => hide.extend(
+            pairs
+                .into_iter()
+                .filter(|p| p.key == "password")
+                .map(|p| p.value_span),
+        ),
+        Err(open) => hide.push(open.at..conninfo.len()),
+    }
+    hide.sort_by_key(|r| std::cmp::Reverse(r.start));
+    let mut out = conninfo.to_string();
+    for r in hide {
+        out.replace_range(r, "***");
     }
     out
 }
@@ -199,6 +181,18 @@ mod tests {
                 "postgresql://u@h/db?password=***&sslmode=require",
             ),
             ("host=h user=u", "host=h user=u"),
+            // Read as libpq reads them: '&' ends nothing in key=value form, a URL's keys are
+            // percent-decoded, and a quote left open swallows the rest.
+            ("host=h password=se&cret", "host=h password=***"),
+            (
+                "postgres://h/db?pass%77ord=s3cret&x=1",
+                "postgres://h/db?pass%77ord=***&x=1",
+            ),
+            ("user=u password='se cret host=h", "user=u password=***"),
+            (
+                "application_name='password=x' user=u",
+                "application_name='password=x' user=u",
+            ),
         ] {
             assert_eq!(redact(given), shown);
             assert_eq!(has_password(given), given != shown);

@@ -2,6 +2,7 @@
 //! modes, the password file), taken out of the string before tokio-postgres sees the rest.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use ferry_transfer::{Error, Result};
 
@@ -15,10 +16,63 @@ pub type Taken = HashMap<&'static str, String>;
 /// parses and the [`TAKEN`] keys with their values (a URL's percent-decoded). A quoted
 /// value left open is refused, as libpq refuses it: it would swallow the keys after it.
 pub fn take(conninfo: &str) -> Result<(String, Taken)> {
-    if is_url(conninfo) {
-        Ok(take_url(conninfo))
-    } else {
-        take_pairs(conninfo)
+    let all = pairs(conninfo).map_err(|open| {
+        // Not the value: it may be a password.
+        Error::Invalid(format!(
+            "connection string: the quoted value of '{}' has no closing quote",
+            open.key
+        ))
+    })?;
+    let mut out = HashMap::new();
+    let mut keep = Vec::new();
+    for p in all {
+        match taken(&p.key) {
+            Some(k) => {
+                out.insert(k, p.value);
+            }
+            None if p.key.is_empty() => {}
+            None => keep.push(&conninfo[p.span]),
+        }
+    }
+    let rest = match query_start(conninfo) {
+        Some(q) if keep.is_empty() => conninfo[..q].to_string(),
+        Some(q) => format!("{}?{}", &conninfo[..q], keep.join("&")),
+        None if is_url(conninfo) => conninfo.to_string(),
+        None => keep.join(" "),
+    };
+    Ok((rest, out))
+}
+
+/// One setting of a connection string, as libpq reads it.
+#[derive(Debug)]
+pub struct Pair {
+    /// Its key (a URL's percent-decoded).
+    pub key: String,
+    /// Its value, unquoted and unescaped (a URL's percent-decoded).
+    pub value: String,
+    /// Where the whole setting is in the string.
+    pub span: Range<usize>,
+    /// Where its value is in the string, quotes included.
+    pub value_span: Range<usize>,
+}
+
+/// A quoted value with no closing quote: its key, and where the value starts.
+#[derive(Debug)]
+pub struct OpenQuote {
+    /// The key whose value is left open.
+    pub key: String,
+    /// Where the value (its opening quote) starts.
+    pub at: usize,
+}
+
+/// The settings of `conninfo`: a URL's query parameters, or key=value pairs (values plain
+/// or single-quoted, backslash escaping in both). The one reading of a connection string,
+/// for what ferry takes out of it and for what it hides in messages: a password found by
+/// another reading could be shown where libpq sees one.
+pub fn pairs(conninfo: &str) -> std::result::Result<Vec<Pair>, OpenQuote> {
+    match is_url(conninfo) {
+        true => Ok(url_pairs(conninfo)),
+        false => key_value_pairs(conninfo),
     }
 }
 
@@ -37,42 +91,50 @@ pub fn host_start(url: &str) -> Option<usize> {
     Some(start + authority.rfind('@').map_or(0, |at| at + 1))
 }
 
+/// Where a URL's query (`?`) is.
+fn query_start(conninfo: &str) -> Option<usize> {
+    if !is_url(conninfo) {
+        return None;
+    }
+    let host = host_start(conninfo).unwrap_or(0);
+    conninfo[host..].find('?').map(|q| host + q)
+}
+
 /// The [`TAKEN`] key named `k`, if it is one.
 fn taken(k: &str) -> Option<&'static str> {
     TAKEN.iter().copied().find(|t| *t == k)
 }
 
-fn take_url(url: &str) -> (String, Taken) {
-    let mut out = HashMap::new();
-    let host = host_start(url).unwrap_or(0);
-    let Some(q) = url[host..].find('?').map(|q| host + q) else {
-        return (url.to_string(), out);
+fn url_pairs(url: &str) -> Vec<Pair> {
+    let Some(q) = query_start(url) else {
+        return Vec::new();
     };
-    let (base, query) = (&url[..q], &url[q + 1..]);
-    let mut keep = Vec::new();
-    for pair in query.split('&') {
-        let decode = |x| percent_encoding::percent_decode_str(x).decode_utf8_lossy();
-        match pair
-            .split_once('=')
-            .and_then(|(k, v)| Some((taken(&decode(k))?, v)))
-        {
-            Some((k, v)) => {
-                out.insert(k, decode(v).into_owned());
-            }
-            None => keep.push(pair),
-        }
+    let decode = |x: &str| {
+        percent_encoding::percent_decode_str(x)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let mut out = Vec::new();
+    let mut at = q + 1;
+    for raw in url[q + 1..].split('&') {
+        let span = at..at + raw.len();
+        at = span.end + 1;
+        let (k, value_span) = match raw.find('=') {
+            Some(eq) => (&raw[..eq], span.start + eq + 1..span.end),
+            None => (raw, span.end..span.end),
+        };
+        out.push(Pair {
+            key: decode(k),
+            value: decode(&url[value_span.clone()]),
+            span,
+            value_span,
+        });
     }
-    let rest = match keep.is_empty() {
-        true => base.to_string(),
-        false => format!("{base}?{}", keep.join("&")),
-    };
-    (rest, out)
+    out
 }
 
-/// key=value pairs, values plain or single-quoted, backslash escaping in both, as libpq
-/// reads them.
-fn take_pairs(s: &str) -> Result<(String, Taken)> {
-    let (mut out, mut keep) = (HashMap::new(), Vec::new());
+fn key_value_pairs(s: &str) -> std::result::Result<Vec<Pair>, OpenQuote> {
+    let mut out = Vec::new();
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -83,46 +145,42 @@ fn take_pairs(s: &str) -> Result<(String, Taken)> {
         while i < b.len() && b[i] != b'=' && !b[i].is_ascii_whitespace() {
             i += 1;
         }
-        let key = &s[start..i];
+        let key = s[start..i].to_string();
         while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == b'=') {
             i += 1;
         }
+        let vstart = i;
         let mut value = Vec::new();
-        if i < b.len() && b[i] == b'\'' {
+        let quoted = i < b.len() && b[i] == b'\'';
+        if quoted {
             i += 1;
-            while i < b.len() && b[i] != b'\'' {
-                if b[i] == b'\\' && i + 1 < b.len() {
-                    i += 1;
-                }
-                value.push(b[i]);
+        }
+        let ends = |c: u8| match quoted {
+            true => c == b'\'',
+            false => c.is_ascii_whitespace(),
+        };
+        while i < b.len() && !ends(b[i]) {
+            if b[i] == b'\\' && i + 1 < b.len() {
                 i += 1;
             }
+            value.push(b[i]);
+            i += 1;
+        }
+        if quoted {
             if i == b.len() {
-                // Not the value: it may be a password.
-                return Err(Error::Invalid(format!(
-                    "connection string: the quoted value of '{key}' has no closing quote"
-                )));
+                return Err(OpenQuote { key, at: vstart });
             }
             i += 1;
-        } else {
-            while i < b.len() && !b[i].is_ascii_whitespace() {
-                if b[i] == b'\\' && i + 1 < b.len() {
-                    i += 1;
-                }
-                value.push(b[i]);
-                i += 1;
-            }
         }
-        match (key, taken(key)) {
-            ("", _) => {}
-            (_, Some(k)) => {
-                // Bytes, not chars: a quoted path may hold any UTF-8.
-                out.insert(k, String::from_utf8_lossy(&value).into_owned());
-            }
-            _ => keep.push(s[start..i.min(s.len())].to_string()),
-        }
+        out.push(Pair {
+            key,
+            // Bytes, not chars: a quoted path may hold any UTF-8.
+            value: String::from_utf8_lossy(&value).into_owned(),
+            span: start..i,
+            value_span: vstart..i,
+        });
     }
-    Ok((keep.join(" "), out))
+    Ok(out)
 }
 
 #[cfg(test)]
