@@ -77,31 +77,39 @@ pub fn has_password(conninfo: &str) -> bool {
 
 /// `conninfo` with its password replaced by `***`, for messages: the value of every
 /// `password` setting as libpq reads them ([`libpq::pairs`]: quoted or not, key=value form
-/// or a URL query, its key percent-encoded or not), the `user:password@` of a URL, and all
-/// from a quote left open on.
+/// or a URL query, its key percent-encoded or not, in any case), a URL's `user:password@`
+/// under either reading ([`libpq::url_passwords`]), and all from where a string neither
+/// reader would take stops making sense.
 pub fn redact(conninfo: &str) -> String {
-    let mut hide = Vec::new();
-    // URL userinfo: scheme://user:password@host (libpq::host_start).
-    if let (Some(start), Some(host)) = (conninfo.find("://"), libpq::host_start(conninfo)) {
-        let info = &conninfo[start + 3..host];
-        if let Some(colon) = info.strip_suffix('@').and_then(|i| i.find(':')) {
-            hide.push(start + 3 + colon + 1..host - 1);
+    let mut hide = libpq::url_passwords(conninfo);
+    let pairs = match libpq::pairs(conninfo) {
+        Ok(pairs) => pairs,
+        Err(bad) => {
+            hide.push(bad.at..conninfo.len());
+            bad.before
         }
-    }
-    match libpq::pairs(conninfo) {
-        Ok(pairs) => hide.extend(
-            pairs
-                .into_iter()
-                .filter(|p| p.key == "password")
-                .map(|p| p.value_span),
-        ),
-        Err(open) => hide.push(open.at..conninfo.len()),
-    }
-    hide.sort_by_key(|r| std::cmp::Reverse(r.start));
-    let mut out = conninfo.to_string();
+    };
+    hide.extend(
+        pairs
+            .into_iter()
+            .filter(|p| p.key.eq_ignore_ascii_case("password"))
+            .map(|p| p.value_span),
+    );
+    // One pass over the string, the ranges merged: one inside another (a value that looks
+    // like a URL) must not move the other's bounds.
+    hide.sort_by_key(|r| r.start);
+    let (mut out, mut at) = (String::new(), 0);
     for r in hide {
-        out.replace_range(r, "***");
+        if r.end <= at && at > 0 {
+            continue;
+        }
+        if r.start >= at {
+            out.push_str(&conninfo[at..r.start]);
+            out.push_str("***");
+        }
+        at = at.max(r.end);
     }
+    out.push_str(&conninfo[at..]);
     out
 }
 
@@ -168,10 +176,7 @@ mod tests {
                 "host=h password = *** user=u",
             ),
             ("postgres://u:s3cret@h:5/db", "postgres://u:***@h:5/db"),
-            (
-                "postgres://u:s3?c@ret@h/db?x=1",
-                "postgres://u:***@h/db?x=1",
-            ),
+            ("postgres://u:s3?c@ret@h/db?x=1", "postgres://***"),
             (
                 "host=h password=s3\\ cret user=u",
                 "host=h password=*** user=u",
@@ -193,6 +198,24 @@ mod tests {
                 "application_name='password=x' user=u",
                 "application_name='password=x' user=u",
             ),
+            // Where libpq and tokio-postgres split, either one: a vertical tab, Unicode spaces.
+            ("user=u\x0bpassword=secret", "user=u\x0bpassword=***"),
+            (
+                "user=u\u{a0}password=secret host=h",
+                "user=u\u{a0}password=*** host=h",
+            ),
+            // Exactly one '=': "user= = password=x" sets user to '=', then a password.
+            ("user= = password=secret", "user= = password=***"),
+            ("sslmode password=secret", "sslmode***"),
+            ("PASSWORD=secret", "PASSWORD=***"),
+            // A value that looks like a URL: one range inside another.
+            ("password=Xk9://a:b@Qz host=h", "password=*** host=h"),
+            ("password=a://b:@\u{e9}\u{e9} x", "password=*** x***"),
+            ("password=secret x", "password=*** x***"),
+            // A URL that libpq and tokio-postgres read differently ('/' or '@' in a password).
+            ("postgres://app:Xy/9kL@db/prod", "postgres://***"),
+            ("postgres://u:p@h@x/db", "postgres://***"),
+            ("postgres://u:p%40h@x/db", "postgres://u:***@x/db"),
         ] {
             assert_eq!(redact(given), shown);
             assert_eq!(has_password(given), given != shown);

@@ -16,13 +16,8 @@ pub type Taken = HashMap<&'static str, String>;
 /// parses and the [`TAKEN`] keys with their values (a URL's percent-decoded). A quoted
 /// value left open is refused, as libpq refuses it: it would swallow the keys after it.
 pub fn take(conninfo: &str) -> Result<(String, Taken)> {
-    let all = pairs(conninfo).map_err(|open| {
-        // Not the value: it may be a password.
-        Error::Invalid(format!(
-            "connection string: the quoted value of '{}' has no closing quote",
-            open.key
-        ))
-    })?;
+    let all =
+        pairs(conninfo).map_err(|bad| Error::Invalid(format!("connection string: {}", bad.why)))?;
     let mut out = HashMap::new();
     let mut keep = Vec::new();
     for p in all {
@@ -56,22 +51,26 @@ pub struct Pair {
     pub value_span: Range<usize>,
 }
 
-/// A quoted value with no closing quote: its key, and where the value starts.
+/// A connection string libpq would refuse, or that libpq and tokio-postgres would read
+/// differently: why (no value in it), and where from the string may hold what a setting
+/// meant to keep apart (a message shows nothing from there on).
 #[derive(Debug)]
-pub struct OpenQuote {
-    /// The key whose value is left open.
-    pub key: String,
-    /// Where the value (its opening quote) starts.
+pub struct Malformed {
+    /// Why, naming the key but no value.
+    pub why: String,
+    /// Where the unread part starts.
     pub at: usize,
+    /// The settings read before it.
+    pub before: Vec<Pair>,
 }
 
 /// The settings of `conninfo`: a URL's query parameters, or key=value pairs (values plain
 /// or single-quoted, backslash escaping in both). The one reading of a connection string,
 /// for what ferry takes out of it and for what it hides in messages: a password found by
 /// another reading could be shown where libpq sees one.
-pub fn pairs(conninfo: &str) -> std::result::Result<Vec<Pair>, OpenQuote> {
+pub fn pairs(conninfo: &str) -> std::result::Result<Vec<Pair>, Malformed> {
     match is_url(conninfo) {
-        true => Ok(url_pairs(conninfo)),
+        true => url_pairs(conninfo),
         false => key_value_pairs(conninfo),
     }
 }
@@ -91,6 +90,22 @@ pub fn host_start(url: &str) -> Option<usize> {
     Some(start + authority.rfind('@').map_or(0, |at| at + 1))
 }
 
+/// Where the password of a URL's `user:password@` is, under libpq's reading (the last `@`
+/// before the first `/`) and tokio-postgres's (the first `@`, the first `:` before it):
+/// ferry hides both. Empty for a URL with none.
+pub fn url_passwords(url: &str) -> Vec<Range<usize>> {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return Vec::new();
+    };
+    let libpq = host_start(url).filter(|&h| h > start).map(|h| h - 1);
+    let tokio = url[start..].find('@').map(|a| start + a);
+    [libpq, tokio]
+        .into_iter()
+        .flatten()
+        .filter_map(|at| url[start..at].find(':').map(|c| start + c + 1..at))
+        .collect()
+}
+
 /// Where a URL's query (`?`) is.
 fn query_start(conninfo: &str) -> Option<usize> {
     if !is_url(conninfo) {
@@ -105,9 +120,20 @@ fn taken(k: &str) -> Option<&'static str> {
     TAKEN.iter().copied().find(|t| *t == k)
 }
 
-fn url_pairs(url: &str) -> Vec<Pair> {
+fn url_pairs(url: &str) -> std::result::Result<Vec<Pair>, Malformed> {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let first_at = url[start..].find('@').map(|a| start + a + 1);
+    if let Some(at) = first_at.filter(|&a| Some(a) != host_start(url)) {
+        // libpq reads the user info up to the last '@' before the first '/', tokio-postgres
+        // up to the first '@': the host, the query, a password would differ.
+        return Err(Malformed {
+            why: "a URL's user info holds '@' or '/': percent-encode them (%40, %2F)".into(),
+            at: start.min(at),
+            before: Vec::new(),
+        });
+    }
     let Some(q) = query_start(url) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let decode = |x: &str| {
         percent_encoding::percent_decode_str(x)
@@ -130,54 +156,69 @@ fn url_pairs(url: &str) -> Vec<Pair> {
             value_span,
         });
     }
-    out
+    Ok(out)
 }
 
-fn key_value_pairs(s: &str) -> std::result::Result<Vec<Pair>, OpenQuote> {
+fn key_value_pairs(s: &str) -> std::result::Result<Vec<Pair>, Malformed> {
+    // Whitespace as either reader sees it: libpq's isspace() (with \v) and tokio-postgres's
+    // char::is_whitespace (with U+00A0 and the other Unicode spaces); a string where they
+    // differ splits where either splits, so a password never hides in a value.
+    let ws = |c: char| c.is_whitespace();
     let mut out = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
+    let mut it = s.char_indices().peekable();
+    let skip_ws = |it: &mut std::iter::Peekable<std::str::CharIndices>| {
+        while it.next_if(|&(_, c)| ws(c)).is_some() {}
+    };
+    loop {
+        skip_ws(&mut it);
+        let Some(&(start, _)) = it.peek() else { break };
+        while it.next_if(|&(_, c)| c != '=' && !ws(c)).is_some() {}
+        let kend = it.peek().map_or(s.len(), |&(i, _)| i);
+        let key = s[start..kend].to_string();
+        skip_ws(&mut it);
+        // Exactly one '=', as libpq and tokio-postgres read it: "user= =x" sets user to '='.
+        if it.next_if(|&(_, c)| c == '=').is_none() {
+            return Err(Malformed {
+                why: format!("missing '=' after '{key}'"),
+                at: kend,
+                before: out,
+            });
         }
-        let start = i;
-        while i < b.len() && b[i] != b'=' && !b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let key = s[start..i].to_string();
-        while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == b'=') {
-            i += 1;
-        }
-        let vstart = i;
-        let mut value = Vec::new();
-        let quoted = i < b.len() && b[i] == b'\'';
-        if quoted {
-            i += 1;
-        }
-        let ends = |c: u8| match quoted {
-            true => c == b'\'',
-            false => c.is_ascii_whitespace(),
-        };
-        while i < b.len() && !ends(b[i]) {
-            if b[i] == b'\\' && i + 1 < b.len() {
-                i += 1;
+        skip_ws(&mut it);
+        let vstart = it.peek().map_or(s.len(), |&(i, _)| i);
+        let quoted = it.next_if(|&(_, c)| c == '\'').is_some();
+        let mut value = String::new();
+        let mut closed = !quoted;
+        while let Some(&(_, c)) = it.peek() {
+            if (quoted && c == '\'') || (!quoted && ws(c)) {
+                if quoted {
+                    it.next();
+                    closed = true;
+                }
+                break;
             }
-            value.push(b[i]);
-            i += 1;
-        }
-        if quoted {
-            if i == b.len() {
-                return Err(OpenQuote { key, at: vstart });
+            it.next();
+            match c {
+                '\\' => match it.next() {
+                    Some((_, e)) => value.push(e),
+                    None => value.push(c),
+                },
+                _ => value.push(c),
             }
-            i += 1;
         }
+        if !closed {
+            return Err(Malformed {
+                why: format!("the quoted value of '{key}' has no closing quote"),
+                at: vstart,
+                before: out,
+            });
+        }
+        let end = it.peek().map_or(s.len(), |&(i, _)| i);
         out.push(Pair {
             key,
-            // Bytes, not chars: a quoted path may hold any UTF-8.
-            value: String::from_utf8_lossy(&value).into_owned(),
-            span: start..i,
-            value_span: vstart..i,
+            value,
+            span: start..end,
+            value_span: vstart..end,
         });
     }
     Ok(out)
@@ -215,6 +256,10 @@ mod tests {
         assert_eq!(t["sslmode"], "require");
         let (_, t) = take("postgres://h/db?ssl%6dode=verify-full").unwrap();
         assert_eq!(t["sslmode"], "verify-full");
+        // A URL read one way by libpq and another by tokio-postgres is refused: here the
+        // sslmode would come out of a password.
+        assert!(take("postgres://u:p/x?sslmode=disable&y@h/db").is_err());
+        assert!(take("sslmode password=x").is_err(), "no '=' after a key");
         // A quote left open would swallow what follows it; the message holds no value.
         let e = take("password='se cret host=h").unwrap_err().to_string();
         assert!(
