@@ -22,7 +22,8 @@ TARGETS=${TARGETS:-local s3} TOOLS_RUN=${TOOLS:-ferry restic kopia borg} REPEAT=
 CORPORA=${CORPORA:-synthetic toolchain system} COLD=${COLD:-1}
 OUT=${OUT:-/tmp/ferry-bench-backup.json}
 . bench/lib.sh
-scripts/install-tools minio toxiproxy restic kopia borg
+# Only the peers this run takes (ferry is this clone's build).
+scripts/install-tools minio toxiproxy ${TOOLS_RUN//ferry/}
 cargo build --release --quiet -p ferry
 link_up 14
 W=$BENCH_DIR/work

@@ -302,10 +302,12 @@ impl S3Extra {
         self.sign(&mut req).await?;
         let what = format!("head {key}");
         let (h, _) = match crate::cloud::signed::send_for_response(&self.http, req, &what).await {
-            // A HEAD has no body to say why; SSE-C without the key is the usual reason.
+            // A HEAD has no body to say why: name the usual reasons, not one as the cause (a
+            // bucket name S3 refuses, "bk", was once reported as SSE-C).
             Err(Error::Permanent(m)) if m.contains("400") && self.sse_c_key.is_none() => {
                 return Err(Error::Permanent(format!(
-                    "{m} (an object encrypted with SSE-C is read with its key: --sse-c-key-file)"
+                    "{m} (a HEAD's answer gives no reason: a bucket name S3 refuses, or an object \
+                     encrypted with SSE-C, read with its key: --sse-c-key-file)"
                 )))
             }
             r => r?,
