@@ -125,9 +125,12 @@ fn url_pairs(url: &str) -> std::result::Result<Vec<Pair>, Malformed> {
     let first_at = url[start..].find('@').map(|a| start + a + 1);
     if let Some(at) = first_at.filter(|&a| Some(a) != host_start(url)) {
         // libpq reads the user info up to the last '@' before the first '/', tokio-postgres
-        // up to the first '@': the host, the query, a password would differ.
+        // up to the first '@' anywhere (one in the query too): the host, the query, a
+        // password would differ.
         return Err(Malformed {
-            why: "a URL's user info holds '@' or '/': percent-encode them (%40, %2F)".into(),
+            why: "libpq and tokio-postgres would read this URL differently (an '@' after the \
+                  host, or a '/' before the user info's '@'): percent-encode them (%40, %2F)"
+                .into(),
             at: start.min(at),
             before: Vec::new(),
         });
@@ -259,6 +262,10 @@ mod tests {
         // A URL read one way by libpq and another by tokio-postgres is refused: here the
         // sslmode would come out of a password.
         assert!(take("postgres://u:p/x?sslmode=disable&y@h/db").is_err());
+        // tokio-postgres would connect to host 'b' as user 'h/db?application_name=a'.
+        let e = take("postgres://h/db?application_name=a@b").unwrap_err();
+        assert!(e.to_string().contains("%40"), "{e}");
+        assert!(take("postgres://h/db?application_name=a%40b").is_ok());
         assert!(take("sslmode password=x").is_err(), "no '=' after a key");
         // A quote left open would swallow what follows it; the message holds no value.
         let e = take("password='se cret host=h").unwrap_err().to_string();
