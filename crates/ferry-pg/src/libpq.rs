@@ -123,7 +123,7 @@ fn taken(k: &str) -> Option<&'static str> {
 fn url_pairs(url: &str) -> std::result::Result<Vec<Pair>, Malformed> {
     let start = url.find("://").map_or(0, |i| i + 3);
     let first_at = url[start..].find('@').map(|a| start + a + 1);
-    if let Some(at) = first_at.filter(|&a| Some(a) != host_start(url)) {
+    if first_at.is_some_and(|a| Some(a) != host_start(url)) {
         // libpq reads the user info up to the last '@' before the first '/', tokio-postgres
         // up to the first '@' anywhere (one in the query too): the host, the query, a
         // password would differ.
@@ -131,7 +131,7 @@ fn url_pairs(url: &str) -> std::result::Result<Vec<Pair>, Malformed> {
             why: "libpq and tokio-postgres would read this URL differently (an '@' after the \
                   host, or a '/' before the user info's '@'): percent-encode them (%40, %2F)"
                 .into(),
-            at: start.min(at),
+            at: start,
             before: Vec::new(),
         });
     }
@@ -166,7 +166,7 @@ fn key_value_pairs(s: &str) -> std::result::Result<Vec<Pair>, Malformed> {
     // Whitespace as either reader sees it: libpq's isspace() (with \v) and tokio-postgres's
     // char::is_whitespace (with U+00A0 and the other Unicode spaces); a string where they
     // differ splits where either splits, so a password never hides in a value.
-    let ws = |c: char| c.is_whitespace();
+    let ws = char::is_whitespace;
     let mut out = Vec::new();
     let mut it = s.char_indices().peekable();
     let skip_ws = |it: &mut std::iter::Peekable<std::str::CharIndices>| {
@@ -190,26 +190,17 @@ fn key_value_pairs(s: &str) -> std::result::Result<Vec<Pair>, Malformed> {
         skip_ws(&mut it);
         let vstart = it.peek().map_or(s.len(), |&(i, _)| i);
         let quoted = it.next_if(|&(_, c)| c == '\'').is_some();
+        let ends = |c: char| match quoted {
+            true => c == '\'',
+            false => ws(c),
+        };
         let mut value = String::new();
-        let mut closed = !quoted;
-        while let Some(&(_, c)) = it.peek() {
-            if (quoted && c == '\'') || (!quoted && ws(c)) {
-                if quoted {
-                    it.next();
-                    closed = true;
-                }
-                break;
-            }
-            it.next();
-            match c {
-                '\\' => match it.next() {
-                    Some((_, e)) => value.push(e),
-                    None => value.push(c),
-                },
-                _ => value.push(c),
-            }
+        while let Some((_, c)) = it.next_if(|&(_, c)| !ends(c)) {
+            // A backslash takes the next character as it is (a last one stands for itself).
+            let escaped = (c == '\\').then(|| it.next()).flatten();
+            value.push(escaped.map_or(c, |(_, e)| e));
         }
-        if !closed {
+        if quoted && it.next_if(|&(_, c)| c == '\'').is_none() {
             return Err(Malformed {
                 why: format!("the quoted value of '{key}' has no closing quote"),
                 at: vstart,
