@@ -34,6 +34,8 @@ RCLONE=${RCLONE:-$TOOLS/rclone}
 export RCLONE_CONFIG=/dev/null RCLONE_CONFIG_B_TYPE=s3 RCLONE_CONFIG_B_PROVIDER=Minio \
   RCLONE_CONFIG_B_ENDPOINT=http://127.0.0.1:9000 RCLONE_CONFIG_B_ACCESS_KEY_ID=minioadmin \
   RCLONE_CONFIG_B_SECRET_ACCESS_KEY=minioadmin
+# ferry's usual log, and why a request was sent again (rclone logs its retries unasked).
+export FERRY_LOG=${FERRY_LOG:-off,ferry=warn,ferry_transfer=warn,ferry_store=warn,ferry_transfer::retry=debug}
 export AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=minioadmin \
   AWS_SECRET_ACCESS_KEY=minioadmin AWS_REGION=us-east-1
 GCS=${GCS:-0}
@@ -94,6 +96,8 @@ run() {
   [ -n "$retries" ] || retries=$(grep -ci 'retry' "$log" || :)
   echo "$t $tool $dir $bytes $files ${secs:-0} ${rss:-0} $st ${retries:-0}" >>"$RES"
   echo "    $st: ${secs:-?} s, peak RSS $(( ${rss:-0} / 1024 )) MiB, retries ${retries:-0}" >&2
+  # Why each request was sent again (ferry's log says, with FERRY_LOG as above).
+  [ "${retries:-0}" = 0 ] || grep -m8 'retrying' "$log" | sed 's/^/      /' >&2 || :
   [ $st = ok ] || { echo "  FAILED ($log):" >&2; tail -3 "$log" | sed 's/^/    /' >&2; return 1; }
 }
 bad() { echo "  MISMATCH: $*" >&2; sed -i '$ s/ ok \([0-9]*\)$/ BAD \1/' "$RES"; }  # mark the last result

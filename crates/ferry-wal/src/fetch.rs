@@ -261,7 +261,6 @@ impl FetchAgent {
         }
     }
 
-    /// Removes prefetched files PostgreSQL will not ask for: behind it, or on another timeline.
     /// Removes the `.part` files of fetches that will not finish.
     fn remove_parts(&self) -> Result<()> {
         for f in fs::read_dir(self.spool.path("in"))
@@ -275,9 +274,12 @@ impl FetchAgent {
         Ok(())
     }
 
+    /// Removes prefetched files PostgreSQL will not ask for (behind it, or on another
+    /// timeline): WAL names not in `keep`. Only WAL names: `want` and `source` live beside
+    /// them, and without `source` wal-fetch takes nothing from the spool.
     fn clean(&self, keep: &HashSet<&str>) {
         for f in self.spool.names("in").unwrap_or_default() {
-            if f != "want" && !keep.contains(f.as_str()) {
+            if WalName::parse(&f).is_ok() && !keep.contains(f.as_str()) {
                 let _ = fs::remove_file(self.spool.path(&format!("in/{f}")));
             }
         }

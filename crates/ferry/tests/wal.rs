@@ -158,6 +158,13 @@ fn recovery_is_served_by_prefetch() {
         prefetched + 3 >= restored,
         "{prefetched} of {restored} prefetched:\n{agent_log}"
     );
+    // And wal-fetch took them from the spool (its --json line in the server log), rather
+    // than fetching each again while the agent's copies were thrown away.
+    let handed = copy.log().matches(r#""result":"prefetched""#).count();
+    assert!(
+        handed + 3 >= restored,
+        "{handed} of {restored} handed over from the spool:\n{agent_log}"
+    );
     // Handed over, not left behind: the spool holds none of them.
     let left: Vec<_> = std::fs::read_dir(copy.dir().join("spool/in"))
         .unwrap()

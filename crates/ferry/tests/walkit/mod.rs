@@ -252,7 +252,11 @@ impl Rig {
         }
         let script = ferry_script(&copy, "ferry.sh", &env);
         copy.append_conf(&[
-            &format!("restore_command = '{} wal-fetch %f %p'", script.display()),
+            // --json: each call says in the server log whether the spool served it.
+            &format!(
+                "restore_command = '{} wal-fetch --json %f %p'",
+                script.display()
+            ),
             &format!("archive_command = '{} wal-push %p'", script.display()),
         ]);
         copy.recovery_signal();
