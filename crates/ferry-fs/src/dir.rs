@@ -8,6 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
 use crate::name::check_name;
+use crate::regular::{regular, reopen};
 
 /// Owner, mode, times and extended attributes to give an entry.
 #[derive(Debug, Clone, Default)]
@@ -362,15 +363,24 @@ impl Dir {
     /// Opens the file [`Dir::create_temp`] made again for writing, refused unless `name`
     /// still holds that very file.
     pub fn open_temp(&self, name: &CStr, id: (u64, u64)) -> io::Result<File> {
-        let fd = self.openat(name, libc::O_WRONLY)?;
-        let st = stat_fd(fd.as_raw_fd())?;
+        // Checked before it is opened, not after: whatever replaced it (a FIFO, which an
+        // open for writing would wait on for good; a device) is never opened.
+        let (node, st) = self.node(name)?;
         if (st.st_dev, st.st_ino) != id {
             return Err(err(
                 io::ErrorKind::Other,
                 "the restore's temp file was replaced",
             ));
         }
-        Ok(File::from(fd))
+        reopen(&node, libc::O_WRONLY)
+    }
+
+    /// The entry `name` itself as an `O_PATH` descriptor, and its status: it opens nothing
+    /// (no device acts, no FIFO waits), and a symlink is the link, not what it points to.
+    fn node(&self, name: &CStr) -> io::Result<(OwnedFd, libc::stat)> {
+        let node = self.openat(name, libc::O_PATH)?;
+        let st = stat_fd(node.as_raw_fd())?;
+        Ok((node, st))
     }
 
     /// Gives the entry `from` the name `to`, replacing whatever `to` was (an empty directory
@@ -444,22 +454,25 @@ impl Dir {
     }
 
     /// The regular file `name`, open for reading; `None` when there is none. Anything else
-    /// there (a symlink, a FIFO, a device) is an error, never opened.
+    /// there (a symlink, a FIFO, a device) is an `InvalidData` error, never opened: a device
+    /// acts on open (a watchdog arms, a tape rewinds), so the entry is checked through an
+    /// `O_PATH` descriptor first and only a regular file is opened, through that very
+    /// descriptor (see `regular::reopen`).
     pub fn open_file(&self, name: &[u8]) -> io::Result<Option<(File, libc::stat)>> {
         let c = entry(name)?;
-        let fd = match self.openat(&c, libc::O_RDONLY | libc::O_NONBLOCK) {
-            Ok(fd) => fd,
+        let (node, st) = match self.node(&c) {
+            Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                return Err(err(io::ErrorKind::InvalidData, "a symlink, not a file"))
-            }
             Err(e) => return Err(e),
         };
-        let st = stat_fd(fd.as_raw_fd())?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(err(io::ErrorKind::InvalidData, "not a regular file"));
-        }
-        Ok(Some((File::from(fd), st)))
+        regular(st.st_mode).map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => err(io::ErrorKind::InvalidData, "a symlink, not a file"),
+            _ => e,
+        })?;
+        Ok(Some((
+            reopen(&node, libc::O_RDONLY | libc::O_NONBLOCK)?,
+            st,
+        )))
     }
 
     /// The content of the regular file `name`; `None` when there is none. Anything else

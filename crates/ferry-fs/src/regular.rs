@@ -2,28 +2,91 @@
 //! told about (a listed entry of a backup, a WAL segment PostgreSQL names) when whoever owns
 //! the directory may since have put something else under that name.
 
-use std::fs::{File, Metadata, OpenOptions};
+use std::ffi::CString;
+use std::fs::{File, Metadata};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// Opens `path` for reading if it is a regular file: never through a link (the last
-/// component; a link is an error), never blocking (a FIFO would block the reader for good
-/// and a terminal would become its controlling one), and checked through the descriptor, so
-/// that what was checked is what is read. Anything else is an `InvalidData` error.
+/// component; a link is an `ELOOP` error), and never anything else, not even for a moment.
+/// Opening is what acts on a device (a watchdog arms, a tape rewinds, a serial line raises
+/// its modem lines) and what a FIFO's writer waits for, so the entry is first taken as an
+/// `O_PATH` descriptor (which opens nothing), checked through it, and only a regular file is
+/// opened, through that descriptor ([`reopen`]): what was checked is what is read. Anything
+/// else is an `InvalidData` error.
 pub fn open_regular(path: &Path) -> io::Result<(File, Metadata)> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    let m = f.metadata()?;
-    if !m.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+    // SAFETY: c is NUL-terminated.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
     }
+    // SAFETY: fd was just opened and is owned by nothing else.
+    let node = unsafe { OwnedFd::from_raw_fd(fd) };
+    regular(stat(&node)?.st_mode)?;
+    let f = reopen(&node, libc::O_RDONLY | libc::O_NONBLOCK)?;
+    let m = f.metadata()?;
     Ok((f, m))
+}
+
+/// The status of the open descriptor `fd` (an `O_PATH` one too).
+fn stat(fd: &OwnedFd) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero stat is a valid value; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open; st is a valid out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// Refuses a `mode` that is not a regular file's, naming what it is: a symlink with
+/// `ELOOP` (what `O_NOFOLLOW` said before), anything else with `InvalidData`.
+pub(crate) fn regular(mode: libc::mode_t) -> io::Result<()> {
+    let what = match mode & libc::S_IFMT {
+        libc::S_IFREG => return Ok(()),
+        libc::S_IFLNK => return Err(io::Error::from_raw_os_error(libc::ELOOP)),
+        libc::S_IFDIR => "a directory",
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFCHR => "a character device",
+        libc::S_IFBLK => "a block device",
+        libc::S_IFSOCK => "a socket",
+        _ => "of an unknown kind",
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{what}, not a regular file: never opened"),
+    ))
+}
+
+/// Opens the inode the `O_PATH` descriptor `node` holds again, with `flags`. Its
+/// `/proc/self/fd` link resolves to that very inode, never to whatever the name holds by
+/// now, so nothing can be swapped in between the check and the open: race-free. (Opening the
+/// name again and comparing device and inode afterwards would be too late: a device swapped
+/// in would already have been opened.) Needs /proc, as [`crate::Dir::entries`] does.
+pub(crate) fn reopen(node: &OwnedFd, flags: libc::c_int) -> io::Result<File> {
+    let proc = CString::new(format!("/proc/self/fd/{}", node.as_raw_fd())).expect("no NUL");
+    // SAFETY: proc is NUL-terminated. No O_NOFOLLOW: the /proc link is what is followed.
+    let fd = unsafe { libc::open(proc.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOCTTY) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOENT) => {
+                io::Error::other("cannot open through /proc/self/fd: is /proc mounted?")
+            }
+            _ => e,
+        });
+    }
+    // SAFETY: fd was just opened and is owned by nothing else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 pub struct Lsn(pub u64);
 
 impl Lsn {
-    /// The number of the segment holding this position.
+    /// The number of the segment holding this position. `seg_size` must not be 0: a
+    /// backup's record is taken only with a size PostgreSQL has
+    /// ([`crate::record::PgBackup::impossible`]).
     pub fn segno(self, seg_size: u64) -> u64 {
         self.0 / seg_size
     }

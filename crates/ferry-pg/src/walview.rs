@@ -8,6 +8,21 @@ use ferry_repo::Repo;
 use ferry_transfer::Result;
 use ferry_wal::{Archive, Kind, WalKey, WalName};
 
+/// Most segment names [`WalView::missing`] and [`WalView::holes_after`] list: the first
+/// tells where a replay stops, and a list this long already says the archive is unusable
+/// there. Without a bound, a record or a planted name claiming 2^40 segments would allocate
+/// a name for each.
+pub const MAX_LISTED: usize = 1000;
+
+/// `n` listed names as a count for a message: a list [`MAX_LISTED`] long or longer may
+/// have been cut, so it gives a lower bound.
+pub fn count(n: usize) -> String {
+    match n >= MAX_LISTED {
+        true => format!("at least {n}"),
+        false => n.to_string(),
+    }
+}
+
 /// The archive's contents.
 pub struct WalView {
     /// Timeline -> archived segment numbers.
@@ -66,17 +81,21 @@ impl WalView {
         })
     }
 
-    /// The segments of `timeline` from `from` to `to` (inclusive) that cannot be replayed:
-    /// not in the archive, or recorded as dropped.
+    /// The first segments (at most [`MAX_LISTED`]) of `timeline` from `from` to `to`
+    /// (inclusive) that cannot be replayed: not in the archive, or recorded as dropped. The
+    /// walk stops there, so its cost is the archived segments it passes plus the bound,
+    /// whatever span a record claims.
     pub fn missing(&self, timeline: u32, from: u64, to: u64) -> Vec<String> {
         let have = self.segments.get(&timeline);
+        let name = |s: u64| {
+            WalName::segment(timeline, s, self.seg_size)
+                .as_str()
+                .to_string()
+        };
         (from..=to)
-            .map(|s| WalName::segment(timeline, s, self.seg_size))
-            .filter(|n| {
-                !have.is_some_and(|h| h.contains(&n.segno(self.seg_size)))
-                    || self.dropped.contains(n.as_str())
-            })
-            .map(|n| n.as_str().to_string())
+            .filter(|s| !have.is_some_and(|h| h.contains(s)) || self.dropped.contains(&name(*s)))
+            .take(MAX_LISTED)
+            .map(name)
             .collect()
     }
 
@@ -104,7 +123,18 @@ impl WalView {
     /// following the newest timeline reads: the one on the highest timeline from `timeline` on
     /// that has it and did not drop it. Segments no such timeline has are left out.
     pub fn replay_path(&self, timeline: u32, from: u64, to: u64) -> Vec<WalName> {
-        (from..=to)
+        if from > to {
+            return Vec::new();
+        }
+        // Only the numbers some timeline has: a name planted far ahead (log FFFFFFFF) makes
+        // `to` huge, and a walk over every number up to it would never end.
+        let archived: BTreeSet<u64> = self
+            .segments
+            .range(timeline..)
+            .flat_map(|(_, set)| set.range(from..=to).copied())
+            .collect();
+        archived
+            .into_iter()
             .filter_map(|s| {
                 self.segments
                     .range(timeline..)
@@ -117,7 +147,9 @@ impl WalView {
     }
 
     /// Segment numbers from `from` on, up to the newest archived on `timeline` or later, that no
-    /// timeline from `timeline` on has (or that were dropped): where a replay would stop.
+    /// timeline from `timeline` on has (or that were dropped): where a replay would stop. The
+    /// first [`MAX_LISTED`] only: a store writer can plant a name far ahead (it needs no key
+    /// to be listed), and every number before it would be a hole.
     pub fn holes_after(&self, timeline: u32, from: u64) -> Vec<String> {
         let Some((_, last)) = self.newest_from(timeline) else {
             return Vec::new();
@@ -141,6 +173,7 @@ impl WalView {
                         .to_string()
                 })
             })
+            .take(MAX_LISTED)
             .collect()
     }
 
@@ -152,5 +185,63 @@ impl WalView {
             .filter(|(n, _)| n.kind() != Kind::History && n.segno(self.seg_size) < before)
             .cloned()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    const SEG: u64 = 16 << 20;
+
+    /// Timeline 1 holding `segs`.
+    fn view(segs: &[u64]) -> WalView {
+        WalView {
+            segments: BTreeMap::from([(1, segs.iter().copied().collect())]),
+            dropped: HashSet::new(),
+            files: Vec::new(),
+            seg_size: SEG,
+        }
+    }
+
+    #[test]
+    fn huge_spans_are_listed_only_as_far_as_the_bound() {
+        let start = Instant::now();
+        let v = view(&[0, 1, 2, 4]);
+        // 2^22 segments, all but four missing: the first ones, no more.
+        let m = v.missing(1, 0, 1 << 22);
+        assert_eq!(m.len(), MAX_LISTED);
+        assert_eq!(m[0], WalName::segment(1, 3, SEG).as_str());
+        assert_eq!(m[1], WalName::segment(1, 5, SEG).as_str());
+        // A forged record's whole LSN space, and a name planted at the end of it.
+        assert_eq!(v.missing(1, 0, u64::MAX).len(), MAX_LISTED);
+        let far = (u64::from(u32::MAX) << 8) | 0xff;
+        let v = view(&[0, 1, 2, far]);
+        let h = v.holes_after(1, 0);
+        assert_eq!(h.len(), MAX_LISTED);
+        assert_eq!(h[0], WalName::segment(1, 3, SEG).as_str());
+        let path: Vec<u64> = v
+            .replay_path(1, 1, far)
+            .iter()
+            .map(|n| n.segno(SEG))
+            .collect();
+        assert_eq!(path, [1, 2, far]);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn short_spans_list_every_missing_and_dropped_segment() {
+        let mut v = view(&[1, 2, 4, 5]);
+        v.dropped
+            .insert(WalName::segment(1, 4, SEG).as_str().to_string());
+        let name = |s| WalName::segment(1, s, SEG).as_str().to_string();
+        assert_eq!(v.missing(1, 0, 6), [name(0), name(3), name(4), name(6)]);
+        assert_eq!(v.holes_after(1, 2), [name(3), name(4)]);
+        assert_eq!(v.missing(2, 1, 1), [WalName::segment(2, 1, SEG).as_str()]);
     }
 }
