@@ -64,11 +64,8 @@ async fn check_locked(repo: Arc<Repo>, conninfo: &str, timeout: Duration) -> Res
             .push("archive_mode is off: set archive_mode = on (a restart)".into());
         return Ok(out);
     }
-    if !command.contains("wal-push") {
-        out.problems.push(format!(
-            "archive_command is {command:?}: it must run 'ferry wal-push %p' into {}",
-            repo.url()
-        ));
+    if let Some(problem) = not_ferry(&command, &repo.url()) {
+        out.problems.push(problem);
     }
     let segment = switch(&c).await?;
     out.segment = Some(segment.clone());
@@ -107,10 +104,73 @@ async fn check_locked(repo: Arc<Repo>, conninfo: &str, timeout: Duration) -> Res
             "backup {} cannot be replayed to now: {} WAL segments are missing from the archive, \
              the first {first}",
             id.short(),
-            gone.len()
+            crate::walview::count(gone.len())
         ));
     }
     Ok(out)
+}
+
+/// The problem with an `archive_command` that does not run `ferry wal-push` into `repo`, if
+/// it does not. It names no more of the command than its program ([`program`]): the rest may
+/// hold another tool's keys (`AWS_SECRET_ACCESS_KEY=... aws s3 cp`,
+/// `PGBACKREST_REPO1_S3_KEY_SECRET=... pgbackrest`), and problems go to stdout and `--json`.
+fn not_ferry(command: &str, repo: &str) -> Option<String> {
+    if command.contains("wal-push") {
+        return None;
+    }
+    let runs = match program(command) {
+        Some(p) => format!(" (it runs {p})"),
+        None if command.trim().is_empty() => " (it is empty)".into(),
+        None => String::new(),
+    };
+    Some(format!(
+        "archive_command does not run 'ferry wal-push'{runs}: it must run \
+         'ferry wal-push %p' into {repo}"
+    ))
+}
+
+/// The program `command` runs, for a message: the basename of its first word that is not a
+/// `VAR=value` assignment, if that word is a plain path (letters, digits, `._+-/`); else none.
+fn program(command: &str) -> Option<&str> {
+    let word = words(command).into_iter().find(|w| !is_assignment(w))?;
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._+-/".contains(c);
+    let name = word.rsplit('/').next()?;
+    (word.chars().all(plain) && !name.is_empty()).then_some(name)
+}
+
+/// The words of `command` as the shell splits them, as written: a quoted space or a
+/// backslash's joins words, so the value of `KEY='a b'` is never taken for a program.
+fn words(command: &str) -> Vec<&str> {
+    let (mut out, mut start, mut quote) = (Vec::new(), None, None);
+    let mut chars = command.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if quote.is_none() && c.is_whitespace() {
+            out.extend(start.take().map(|s| &command[s..i]));
+            continue;
+        }
+        start.get_or_insert(i);
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (None, '\'' | '"') => quote = Some(c),
+            // A backslash keeps the next character, but not between single quotes.
+            (q, '\\') if q != Some('\'') => {
+                chars.next();
+            }
+            _ => {}
+        }
+    }
+    out.extend(start.map(|s| &command[s..]));
+    out
+}
+
+/// True for a shell word that sets a variable for the command (`NAME=value`).
+fn is_assignment(word: &str) -> bool {
+    let Some((name, _)) = word.split_once('=') else {
+        return false;
+    };
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let digit_first = name.starts_with(|c: char| c.is_ascii_digit());
+    !name.is_empty() && !digit_first && name.chars().all(ident)
 }
 
 /// Makes WAL to switch away from (a restore point, as pgBackRest does: with none written
@@ -131,4 +191,35 @@ async fn switch(c: &Client) -> Result<String> {
         )));
     }
     Ok(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_tools_archive_command_is_named_by_its_program_only() {
+        for (command, runs) in [
+            (
+                "AWS_SECRET_ACCESS_KEY=abc aws s3 cp %p s3://b/%f",
+                "(it runs aws)",
+            ),
+            (
+                "PGBACKREST_REPO1_S3_KEY_SECRET='abc d' /usr/bin/pgbackrest archive-push %p",
+                "(it runs pgbackrest)",
+            ),
+            ("K=\"abc \\\" d\" X=a\\ abc cp %p /x/%f", "(it runs cp)"),
+            (
+                "env AWS_SECRET_ACCESS_KEY=abc aws s3 cp %p s3://b/%f",
+                "(it runs env)",
+            ),
+            ("'AWS=abc' aws", "wal-push':"),
+            ("K='abc", "wal-push':"),
+            ("  ", "(it is empty)"),
+        ] {
+            let p = not_ferry(command, "s3://r").unwrap();
+            assert!(!p.contains("abc") && p.contains(runs), "{command}: {p}");
+        }
+        assert_eq!(not_ferry("ferry wal-push %p", "s3://r"), None);
+    }
 }

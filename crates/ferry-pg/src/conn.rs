@@ -69,30 +69,33 @@ pub fn config(conninfo: &str) -> Result<(Config, Tls)> {
     Ok((c, tls))
 }
 
-/// True when `conninfo` carries a password (`password=` in either form, or `user:pw@` in a
-/// URL): on a command line every local user can read it in `ps`.
+/// True when `conninfo` carries a password (`password=` or another of libpq's secrets in
+/// either form, or `user:pw@` in a URL), or may (it is malformed): on a command line every
+/// local user can read it in `ps`.
 pub fn has_password(conninfo: &str) -> bool {
     redact(conninfo) != conninfo
 }
 
 /// `conninfo` with its password replaced by `***`, for messages: the value of every
-/// `password` setting as libpq reads them ([`libpq::pairs`]: quoted or not, key=value form
-/// or a URL query, its key percent-encoded or not, in any case), a URL's `user:password@`
-/// under either reading ([`libpq::url_passwords`]), and all from where a string neither
-/// reader would take stops making sense.
+/// `password` setting (and libpq's other secrets, [`libpq::is_secret`]) as libpq reads them
+/// ([`libpq::pairs`]: quoted or not, key=value form or a URL query, its key percent-encoded
+/// or not, in any case), a URL's `user:password@` under either reading
+/// ([`libpq::url_passwords`]), and in a string neither reader would take, all from where it
+/// stops making sense or from the first password on, whichever comes first.
 pub fn redact(conninfo: &str) -> String {
     let mut hide = libpq::url_passwords(conninfo);
     let pairs = match libpq::pairs(conninfo) {
         Ok(pairs) => pairs,
         Err(bad) => {
-            hide.push(bad.at..conninfo.len());
+            let from = malformed_from(&hide, &bad);
+            hide.push(from..conninfo.len());
             bad.before
         }
     };
     hide.extend(
         pairs
             .into_iter()
-            .filter(|p| p.key.eq_ignore_ascii_case("password"))
+            .filter(|p| libpq::is_secret(&p.key))
             .map(|p| p.value_span),
     );
     // One pass over the string, the ranges merged: one inside another (a value that looks
@@ -111,6 +114,17 @@ pub fn redact(conninfo: &str) -> String {
     }
     out.push_str(&conninfo[at..]);
     out
+}
+
+/// Where [`redact`] hides all from in a malformed string (`bad`): where it went wrong, or
+/// the first password's value (or a URL's user info's, in `urls`) if that comes earlier.
+/// What a malformed string has after a password may be more of it: an unquoted password
+/// with spaces makes settings of its words ("password=correct horse battery").
+fn malformed_from(urls: &[std::ops::Range<usize>], bad: &libpq::Malformed) -> usize {
+    let secrets = bad.before.iter().filter(|p| libpq::is_secret(&p.key));
+    let starts = secrets.map(|p| p.value_span.start);
+    let starts = starts.chain(urls.iter().map(|r| r.start));
+    starts.fold(bad.at, usize::min)
 }
 
 /// A connected client; the connection runs on its own task.
@@ -190,8 +204,8 @@ mod tests {
             // percent-decoded, and a quote left open swallows the rest.
             ("host=h password=se&cret", "host=h password=***"),
             (
-                "postgres://h/db?pass%77ord=s3cret&x=1",
-                "postgres://h/db?pass%77ord=***&x=1",
+                "postgres://h/db?pass%77ord=s3cret&port=1",
+                "postgres://h/db?pass%77ord=***&port=1",
             ),
             ("user=u password='se cret host=h", "user=u password=***"),
             (
@@ -208,17 +222,65 @@ mod tests {
             ("user= = password=secret", "user= = password=***"),
             ("sslmode password=secret", "sslmode***"),
             ("PASSWORD=secret", "PASSWORD=***"),
+            // libpq's other secrets, which tokio-postgres refuses by name.
+            ("sslpassword=secret host=h", "sslpassword=*** host=h"),
             // A value that looks like a URL: one range inside another.
             ("password=Xk9://a:b@Qz host=h", "password=*** host=h"),
-            ("password=a://b:@\u{e9}\u{e9} x", "password=*** x***"),
-            ("password=secret x", "password=*** x***"),
+            ("password=a://b:@\u{e9}\u{e9} x", "password=***"),
+            // Malformed after a password: all hidden from its value on, as what follows may
+            // be more of it (spaces unquoted, a URL's '&' not percent-encoded).
+            ("password=secret x", "password=***"),
+            (
+                "host=db password=correct horse battery",
+                "host=db password=***",
+            ),
+            (
+                "host=db password=correct horse=battery",
+                "host=db password=***",
+            ),
+            (
+                "postgres://h/db?password=a&horse",
+                "postgres://h/db?password=***",
+            ),
+            (
+                "postgres://h/db?password=a&horse=b",
+                "postgres://h/db?password=***",
+            ),
+            ("postgres://u:pw@h/db?horse", "postgres://u:***"),
+            ("host=h user=u x", "host=h user=u x***"),
             // A URL that libpq and tokio-postgres read differently ('/' or '@' in a password).
             ("postgres://app:Xy/9kL@db/prod", "postgres://***"),
             ("postgres://u:p@h@x/db", "postgres://***"),
             ("postgres://u:p%40h@x/db", "postgres://u:***@x/db"),
+            // A URL's user info ends at its '@': spaces in it are the password's.
+            ("postgres://u:pa ss@h/db", "postgres://u:***@h/db"),
         ] {
             assert_eq!(redact(given), shown);
             assert_eq!(has_password(given), given != shown);
+        }
+    }
+
+    #[test]
+    fn an_unquoted_password_with_spaces_is_neither_shown_nor_named() {
+        for given in [
+            "password=a horse",
+            "host=db password=correct horse battery",
+            "host=db password=correct horse=battery",
+            "host=db password=correct horse='battery",
+            "host=db sslpassword=correct horse battery",
+            "postgres://u@h/db?password=a&horse&battery",
+            "postgres://u@h/db?password=a&horse=battery",
+        ] {
+            let shown = redact(given);
+            let refused = config(given).err().map(|e| e.to_string());
+            let refused = refused.expect("a malformed string is refused");
+            for text in [&shown, &refused] {
+                assert!(
+                    !text.contains("horse") && !text.contains("battery"),
+                    "{text}"
+                );
+            }
+            assert!(refused.contains("quoted"), "{refused}");
         }
     }
 }

@@ -9,6 +9,45 @@ use ferry_transfer::{Error, Result};
 /// The keys ferry reads itself.
 const TAKEN: [&str; 5] = ["sslmode", "sslrootcert", "sslcert", "sslkey", "passfile"];
 
+/// The keys tokio-postgres reads (0.7, `Config::param`): with [`TAKEN`], every key ferry
+/// accepts (tokio-postgres refuses any other).
+const TOKIO: [&str; 19] = [
+    "user",
+    "password",
+    "dbname",
+    "options",
+    "application_name",
+    "sslmode",
+    "sslnegotiation",
+    "host",
+    "hostaddr",
+    "port",
+    "connect_timeout",
+    "tcp_user_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_retries",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+];
+
+/// libpq's keys whose values are secrets. tokio-postgres reads only `password`, and refuses
+/// the others by name, so ferry's message about that shows the string: hidden all the same.
+const SECRETS: [&str; 5] = [
+    "password",
+    "sslpassword",
+    "scram_client_key",
+    "scram_server_key",
+    "oauth_client_secret",
+];
+
+/// How a refusal tells what an unquoted secret with spaces (or a URL's with '&') looks like
+/// to libpq: its words become settings.
+const QUOTE: &str = "a password with spaces must be quoted (password='...'), and a '&' in a \
+                     URL's percent-encoded (%26)";
+
 /// Settings taken out of a connection string, by key.
 pub type Taken = HashMap<&'static str, String>;
 
@@ -52,11 +91,12 @@ pub struct Pair {
 }
 
 /// A connection string libpq would refuse, or that libpq and tokio-postgres would read
-/// differently: why (no value in it), and where from the string may hold what a setting
-/// meant to keep apart (a message shows nothing from there on).
+/// differently: why (no value in it, and no key after a secret: that may be a word of it),
+/// and where from the string may hold what a setting meant to keep apart (a message shows
+/// nothing from there on, nor from the first secret's value on).
 #[derive(Debug)]
 pub struct Malformed {
-    /// Why, naming the key but no value.
+    /// Why, naming the key (unless it follows a secret) but no value.
     pub why: String,
     /// Where the unread part starts.
     pub at: usize,
@@ -69,10 +109,56 @@ pub struct Malformed {
 /// for what ferry takes out of it and for what it hides in messages: a password found by
 /// another reading could be shown where libpq sees one.
 pub fn pairs(conninfo: &str) -> std::result::Result<Vec<Pair>, Malformed> {
-    match is_url(conninfo) {
-        true => url_pairs(conninfo),
-        false => key_value_pairs(conninfo),
-    }
+    let all = match is_url(conninfo) {
+        true => url_pairs(conninfo)?,
+        false => key_value_pairs(conninfo)?,
+    };
+    after_secret(all)
+}
+
+/// True for a key whose value is a secret ([`SECRETS`], in any case: `PASSWORD` is hidden
+/// too, though neither reader takes it).
+pub fn is_secret(key: &str) -> bool {
+    SECRETS.iter().any(|s| key.eq_ignore_ascii_case(s))
+}
+
+/// True for a key ferry accepts.
+fn known(key: &str) -> bool {
+    TAKEN.contains(&key) || TOKIO.contains(&key)
+}
+
+/// Refuses a key ferry does not accept after a secret: an unquoted password with spaces
+/// ("password=correct horse=battery") makes settings of its words, which libpq refuses as
+/// unknown and tokio-postgres names in its refusal. (An empty one, from a URL's last '&', is
+/// nothing.)
+fn after_secret(mut all: Vec<Pair>) -> std::result::Result<Vec<Pair>, Malformed> {
+    let Some(first) = all.iter().position(|p| is_secret(&p.key)) else {
+        return Ok(all);
+    };
+    let nothing = |p: &Pair| p.key.is_empty() && p.value.is_empty();
+    let unknown = |p: &Pair| !known(&p.key) && !nothing(p);
+    let after = first + 1;
+    let Some(bad) = all[after..].iter().position(unknown).map(|i| after + i) else {
+        return Ok(all);
+    };
+    let at = all[bad].span.start;
+    all.truncate(bad);
+    Err(Malformed {
+        why: format!("a setting after the password is not one ferry reads: {QUOTE}"),
+        at,
+        before: all,
+    })
+}
+
+/// The refusal of the setting `key`, read after `before`, for `what` is wrong with it
+/// (its unread part starting `at`). The key is named unless a secret came before it: then it
+/// may be a word of that secret.
+fn refuse(key: &str, what: &str, at: usize, before: Vec<Pair>) -> Malformed {
+    let why = match before.iter().any(|p| is_secret(&p.key)) {
+        true => format!("a setting after the password {what}: {QUOTE}"),
+        false => format!("'{key}' {what}"),
+    };
+    Malformed { why, at, before }
 }
 
 /// True for the URL form of a connection string.
@@ -150,7 +236,11 @@ fn url_pairs(url: &str) -> std::result::Result<Vec<Pair>, Malformed> {
         at = span.end + 1;
         let (k, value_span) = match raw.find('=') {
             Some(eq) => (&raw[..eq], span.start + eq + 1..span.end),
-            None => (raw, span.end..span.end),
+            // Nothing (after a last '&').
+            None if raw.is_empty() => (raw, span.end..span.end),
+            // libpq and tokio-postgres refuse it, and it may be the rest of a password
+            // with an '&' in it.
+            None => return Err(refuse(&decode(raw), "has no '='", span.end, out)),
         };
         out.push(Pair {
             key: decode(k),
@@ -181,11 +271,7 @@ fn key_value_pairs(s: &str) -> std::result::Result<Vec<Pair>, Malformed> {
         skip_ws(&mut it);
         // Exactly one '=', as libpq and tokio-postgres read it: "user= =x" sets user to '='.
         if it.next_if(|&(_, c)| c == '=').is_none() {
-            return Err(Malformed {
-                why: format!("missing '=' after '{key}'"),
-                at: kend,
-                before: out,
-            });
+            return Err(refuse(&key, "has no '='", kend, out));
         }
         skip_ws(&mut it);
         let vstart = it.peek().map_or(s.len(), |&(i, _)| i);
@@ -201,11 +287,8 @@ fn key_value_pairs(s: &str) -> std::result::Result<Vec<Pair>, Malformed> {
             value.push(escaped.map_or(c, |(_, e)| e));
         }
         if quoted && it.next_if(|&(_, c)| c == '\'').is_none() {
-            return Err(Malformed {
-                why: format!("the quoted value of '{key}' has no closing quote"),
-                at: vstart,
-                before: out,
-            });
+            let what = "has a quoted value with no closing quote";
+            return Err(refuse(&key, what, vstart, out));
         }
         let end = it.peek().map_or(s.len(), |&(i, _)| i);
         out.push(Pair {
@@ -264,5 +347,26 @@ mod tests {
             e.contains("no closing quote") && !e.contains("se cret"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_refusal_names_nothing_after_a_password() {
+        for given in [
+            "password=a horse",
+            "host=db password=correct horse battery",
+            "host=db password=correct horse=battery",
+            "postgres://h/db?password=a&horse",
+        ] {
+            let e = take(given).unwrap_err().to_string();
+            let named = e.contains("horse") || e.contains("battery");
+            assert!(!named && e.contains("password='...'"), "{e}");
+        }
+        // Before a password, or with none, what went wrong is named.
+        for given in ["horse password=x", "postgres://h/db?horse"] {
+            let e = take(given).unwrap_err().to_string();
+            assert!(e.contains("'horse'"), "{e}");
+        }
+        // A URL's user info ends at its '@', spaces and all; a last '&' is nothing.
+        assert!(take("postgres://u:pa ss@h/db?password=x&port=1&").is_ok());
     }
 }
