@@ -8,8 +8,9 @@ use subtle::ConstantTimeEq;
 
 use crate::sched::Limits;
 
-/// What one server process serves: the `[serve]` table of ferry's config file.
-#[derive(Debug, Clone, Deserialize)]
+/// What one server process serves: the `[serve]` table of ferry's config file. Its `Debug`
+/// shows the backend without its query (a SAS token) and no token hash.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Address and port to listen on (`127.0.0.1:8443`).
@@ -36,8 +37,9 @@ pub struct Config {
     pub tenants: Vec<Tenant>,
 }
 
-/// One client of the server: its own prefix, token, role and quota.
-#[derive(Debug, Clone, Deserialize)]
+/// One client of the server: its own prefix, token, role and quota. Its `Debug` shows no
+/// token hash.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tenant {
     /// The tenant's name: the first segment of every path it uses, and its prefix.
@@ -54,6 +56,36 @@ pub struct Tenant {
     /// Most bytes the tenant may hold (`10GiB`); none when absent.
     #[serde(default)]
     pub quota: Option<String>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("backend", &ferry_store::Location::shown(&self.backend))
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("client_ca", &self.client_ca)
+            .field(
+                "metrics_token_sha256",
+                &self.metrics_token_sha256.as_ref().map(|_| "***"),
+            )
+            .field("limits", &self.limits)
+            .field("tenants", &self.tenants)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Tenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenant")
+            .field("name", &self.name)
+            .field("token_sha256", &"***")
+            .field("role", &self.role)
+            .field("client_cert_subject", &self.client_cert_subject)
+            .field("quota", &self.quota)
+            .finish()
+    }
 }
 
 /// What a tenant may do inside its prefix.
@@ -143,4 +175,38 @@ pub fn new_token() -> (String, String) {
     let token = hex::encode(bytes);
     let hash = hex::encode(Sha256::digest(token.as_bytes()));
     (token, hash)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Printed, a config shows neither the backend's SAS token nor a token's hash.
+    #[test]
+    fn debug_shows_no_secret() {
+        let hash = "ab".repeat(32);
+        let c: Config = toml::from_str(&format!(
+            r#"
+            listen = "127.0.0.1:8443"
+            backend = "https://a.blob.core.windows.net/c/r?sv=1&sig=SIGSECRET"
+            tls_cert = "/c.pem"
+            tls_key = "/k.pem"
+            metrics_token_sha256 = "{hash}"
+            [[tenant]]
+            name = "db1"
+            token_sha256 = "{hash}"
+            role = "admin"
+            "#
+        ))
+        .unwrap();
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("SIGSECRET") && !shown.contains(&hash),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("a.blob.core.windows.net/c/r") && shown.contains("db1"),
+            "{shown}"
+        );
+    }
 }

@@ -40,16 +40,68 @@ use crate::{
     META_DIGEST,
 };
 
+/// Environment variables that hold a secret ferry reads: its own (repository passwords, the
+/// serve token), the stores' (Azure keys, SAS tokens, client secrets, connection strings)
+/// and PostgreSQL's. A program ferry runs for an answer (an AWS `credential_process`,
+/// `--password-command`) is handed none of them: see [`hidden_from_helpers`].
+///
+/// AWS's own `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` are not here: they are the
+/// ambient credentials the AWS tools such helpers often are (`aws secretsmanager` as a
+/// password command, a `credential_process` that exchanges them) work from, and static
+/// keys come before any `credential_process` in ferry's chain.
+pub const SECRET_VARS: &[&str] = &[
+    "FERRY_PASSWORD",
+    "FERRY_FROM_PASSWORD",
+    "FERRY_NEW_PASSWORD",
+    "FERRY_SERVE_TOKEN",
+    "FERRY_AZURE_CONNECTION_STRING",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_STORAGE_CLIENT_SECRET",
+    "PGPASSWORD",
+    "FERRY_PG_CONNINFO",
+    "FERRY_PG_PRIMARY_CONNINFO",
+];
+
+/// The variables a helper's environment leaves out: [`SECRET_VARS`], and `FERRY_REPO` when
+/// it may carry one (a query, a SAS token; user info).
+pub fn hidden_from_helpers() -> Vec<&'static str> {
+    let repo = std::env::var_os("FERRY_REPO").map(|r| r.to_string_lossy().into_owned());
+    hidden_with_repo(repo.as_deref())
+}
+
+fn hidden_with_repo(repo: Option<&str>) -> Vec<&'static str> {
+    let mut v = SECRET_VARS.to_vec();
+    if repo.is_some_and(|r| r.contains(['?', '@']) || r.to_ascii_lowercase().contains("sig=")) {
+        v.push("FERRY_REPO");
+    }
+    v
+}
+
 /// Which cloud a [`CloudStore`] talks to, with what that cloud needs beyond `object_store`.
-#[derive(Debug)]
 enum Flavor {
     S3(config::S3Extra),
     Azure(azure::AzureWriter),
     Gcs(gcs::GcsWriter),
 }
 
-/// A bucket (S3) or container (Azure) as a [`Store`].
-#[derive(Debug)]
+/// Each writer's own `Debug` shows where it writes, never its credentials.
+impl std::fmt::Debug for Flavor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Flavor::S3(x) => f.debug_tuple("S3").field(x).finish(),
+            Flavor::Azure(w) => f.debug_tuple("Azure").field(w).finish(),
+            Flavor::Gcs(w) => f.debug_tuple("Gcs").field(w).finish(),
+        }
+    }
+}
+
+/// A bucket (S3) or container (Azure) as a [`Store`]. Its `Debug` leaves out the
+/// `object_store` client, whose own would print the credentials it signs with.
 pub struct CloudStore {
     flavor: Flavor,
     bucket: String,
@@ -58,6 +110,15 @@ pub struct CloudStore {
     /// [`Store::warm`] has run: later transfers of the process start from the pool as the
     /// earlier ones left it (idle connections close after 50 s).
     warmed: AtomicBool,
+}
+
+impl std::fmt::Debug for CloudStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudStore")
+            .field("flavor", &self.flavor)
+            .field("bucket", &self.bucket)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CloudStore {
@@ -481,7 +542,46 @@ fn info_of(key: &str, r: &object_store::GetResult) -> ObjectInfo {
 
 #[cfg(test)]
 mod tests {
-    use super::is_md5_etag;
+    use super::{hidden_with_repo, is_md5_etag, AzureConfig, CloudStore, S3Config};
+
+    /// Printed, a store shows where it writes, never what it signs or encrypts with.
+    #[tokio::test]
+    async fn a_store_prints_no_secret() {
+        let sse_c = "U1NFQ0tFWVNFQ1JFVFNTRUNLRVlTRUNSRVRTU0VDS0U=";
+        let s3 = S3Config {
+            endpoint: Some("https://s3.example:9000".into()),
+            access_key_id: Some("AKIDEXAMPLE".into()),
+            secret_access_key: Some("KEYSECRET".into()),
+            sse_c_key: Some(sse_c.into()),
+            ..Default::default()
+        };
+        let s3 = CloudStore::s3(&s3, "bucket").unwrap();
+        let az = AzureConfig {
+            account: Some("acct".into()),
+            sas_token: Some("sv=1&sig=SIGSECRET".into()),
+            ..Default::default()
+        };
+        let az = CloudStore::azure(&az, "c").unwrap();
+        for shown in [format!("{s3:?}"), format!("{az:?}")] {
+            for secret in [sse_c, "KEYSECRET", "SIGSECRET"] {
+                assert!(!shown.contains(secret), "{shown}");
+            }
+            assert!(
+                shown.contains("bucket") || shown.contains("acct"),
+                "{shown}"
+            );
+        }
+    }
+
+    /// A helper gets FERRY_REPO only when it can hold no secret.
+    #[test]
+    fn a_repository_url_that_may_hold_a_secret_is_hidden_from_helpers() {
+        let hides = |r: &str| hidden_with_repo(Some(r)).contains(&"FERRY_REPO");
+        assert!(hides("https://a.blob.core.windows.net/c/r?sv=1&sig=S"));
+        assert!(hides("ferry+https://t:T@h/t/r"));
+        assert!(!hides("s3://bucket/prefix") && !hides("/srv/backup"));
+        assert!(hidden_with_repo(None).contains(&"FERRY_FROM_PASSWORD"));
+    }
 
     #[test]
     fn recognises_md5_etags() {

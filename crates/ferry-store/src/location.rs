@@ -57,8 +57,13 @@ const AZURE_HOSTS: &[&str] = &[
 
 impl Location {
     /// Parses `-`, a local path, `file://PATH`, `s3://bucket/key`, `az://container/blob`,
-    /// `https://ACCOUNT.blob.core.windows.net/container/blob`, `gs://bucket/object` or
-    /// `rados://pool/name`.
+    /// `https://ACCOUNT.blob.core.windows.net/container/blob`, `gs://bucket/object`,
+    /// `rados://pool/name` or `ferry+https://HOST:PORT/TENANT/KEY`.
+    ///
+    /// A store URL carrying user info (`NAME:PASSWORD@`) is refused, and so is a query on
+    /// any form but the Azure `https://` one: a secret there would be shown wherever the
+    /// location is (messages, `--json`, child processes' arguments). No error repeats the
+    /// location past its first `?`, nor its user info.
     pub fn parse(s: &str) -> Result<Self> {
         if s == "-" {
             return Ok(Self::plain(Scheme::Stdio, ""));
@@ -66,13 +71,14 @@ impl Location {
         if let Some(l) = Self::azure_url(s)? {
             return Ok(l);
         }
-        let Some((scheme, rest)) = s.split_once("://") else {
+        let Some((name, rest)) = s.split_once("://") else {
             if s.is_empty() {
                 return Err(Error::Invalid("empty path".into()));
             }
             return Ok(Self::plain(Scheme::Local, s));
         };
-        let scheme = match scheme.to_ascii_lowercase().as_str() {
+        let name = name.to_ascii_lowercase();
+        let scheme = match name.as_str() {
             "file" => return Ok(Self::plain(Scheme::Local, rest)),
             "s3" => Scheme::S3,
             "az" | "azure" => Scheme::Azure,
@@ -81,25 +87,53 @@ impl Location {
             "ferry+https" => Scheme::Served,
             other => {
                 // (Its query is not repeated: it may be a SAS token, `HTTPS://...?sig=`.)
-                let shown = s.split('?').next().unwrap_or_default();
                 return Err(Error::Invalid(format!(
-                    "unknown scheme '{other}' in '{shown}': use a local path, -, s3://bucket/key, az://container/blob, gs://bucket/object, rados://pool/name or ferry+https://host:port/tenant/key"
+                    "unknown scheme '{other}' in '{}': use a local path, -, s3://bucket/key, az://container/blob, gs://bucket/object, rados://pool/name or ferry+https://host:port/tenant/key",
+                    Self::shown(s)
                 )));
             }
         };
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+        no_user_info(s, &name, scheme, bucket)?;
+        if scheme != Scheme::Rados && rest.contains('?') {
+            return Err(Error::Invalid(format!(
+                "'{}?...': a {name}:// location takes no query string ({})",
+                Self::shown(s),
+                credentials_hint(scheme)
+            )));
+        }
         if bucket.is_empty() {
             return Err(Error::Invalid(format!(
-                "'{s}' names no bucket or container"
+                "'{}' names no bucket or container",
+                Self::shown(s)
             )));
+        }
+        let key = key.trim_start_matches('/');
+        if scheme == Scheme::Served {
+            served_parts(bucket, key)?;
         }
         Ok(Self {
             scheme,
             bucket: bucket.into(),
-            key: key.trim_start_matches('/').into(),
+            key: key.into(),
             endpoint: None,
             sas: None,
         })
+    }
+
+    /// `raw` as a message may show it: nothing past its first `?` (a SAS token), and any
+    /// user info before the host as `***`. Every error that repeats a location the user
+    /// gave goes through here.
+    pub fn shown(raw: &str) -> String {
+        let s = raw.split('?').next().unwrap_or_default();
+        let Some((scheme, rest)) = s.split_once("://") else {
+            return s.to_string();
+        };
+        let host_end = rest.find('/').unwrap_or(rest.len());
+        match rest[..host_end].rfind('@') {
+            Some(at) => format!("{scheme}://***{}", &rest[at..]),
+            None => s.to_string(),
+        }
     }
 
     fn plain(scheme: Scheme, key: &str) -> Self {
@@ -120,6 +154,9 @@ impl Location {
         }
         let bad = |e: &dyn fmt::Display| Error::Invalid(format!("bad URL: {e}"));
         let url = url::Url::parse(s).map_err(|e| bad(&e))?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(user_info(s, Scheme::Azure));
+        }
         let host = url.host_str().unwrap_or_default();
         if !AZURE_HOSTS.iter().any(|h| host.ends_with(h)) {
             return Err(Error::Invalid(format!(
@@ -162,6 +199,72 @@ impl Location {
             Scheme::S3 | Scheme::Azure | Scheme::Gcs | Scheme::Rados | Scheme::Served
         )
     }
+}
+
+/// Where a store's credentials go instead of its URL.
+fn credentials_hint(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::S3 => "S3 keys go in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile",
+        Scheme::Azure => "a key goes in AZURE_STORAGE_KEY, a SAS token in AZURE_STORAGE_SAS_TOKEN",
+        Scheme::Gcs => "credentials go in GOOGLE_APPLICATION_CREDENTIALS",
+        Scheme::Served => "the tenant token goes in FERRY_SERVE_TOKEN or --serve-token-file",
+        Scheme::Rados => "Ceph reads its key from its keyring",
+        Scheme::Local | Scheme::Stdio => "",
+    }
+}
+
+/// The refusal of a URL with user info; it repeats none of it.
+fn user_info(raw: &str, scheme: Scheme) -> Error {
+    Error::Invalid(format!(
+        "'{}': a store URL takes no user name or password (every local user could read them \
+         on a command line, and messages would show them): {}",
+        Location::shown(raw),
+        credentials_hint(scheme)
+    ))
+}
+
+/// Refuses user info before the host: `NAME:SECRET@`, or a secret with a `/` in it, whose
+/// `:` then lands in what would be read as the bucket (no bucket or container name of S3,
+/// Azure or GCS holds one).
+fn no_user_info(raw: &str, name: &str, scheme: Scheme, host: &str) -> Result<()> {
+    if host.contains('@') {
+        return Err(user_info(raw, scheme));
+    }
+    if matches!(scheme, Scheme::S3 | Scheme::Azure | Scheme::Gcs) && host.contains(':') {
+        // (Not repeated: what precedes the `:` may be a name, what follows a secret.)
+        return Err(Error::Invalid(format!(
+            "{name}://...: a bucket or container name holds no ':', and a store URL takes no \
+             user name or password: {}",
+            credentials_hint(scheme)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks `HOST[:PORT]` and the tenant of a `ferry+https://` URL, repeating neither: a
+/// malformed one may be a token whose `/` split it (`TENANT:TO/KEN@HOST`).
+fn served_parts(host_port: &str, key: &str) -> Result<()> {
+    let port = match host_port.rsplit_once(':') {
+        Some((h, p)) if !host_port.ends_with(']') && !h.is_empty() => Some(p),
+        _ => None,
+    };
+    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(Error::Invalid(format!(
+            "ferry+https://...: the port is not a number ({})",
+            credentials_hint(Scheme::Served)
+        )));
+    }
+    let tenant = key.split('/').next().unwrap_or_default();
+    if !tenant
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(Error::Invalid(format!(
+            "ferry+https://...: a tenant name is letters, digits, - and _ ({})",
+            credentials_hint(Scheme::Served)
+        )));
+    }
+    Ok(())
 }
 
 impl fmt::Display for Location {
@@ -250,5 +353,74 @@ mod tests {
         let l = Location::parse("gs://b/k/o").unwrap();
         assert_eq!((l.scheme, l.key.as_str()), (Scheme::Gcs, "k/o"));
         assert!(Location::parse("s3:///key").is_err());
+    }
+
+    /// Restic users put passwords in URLs: ferry refuses them, without repeating them.
+    #[test]
+    fn user_info_is_refused_and_not_repeated() {
+        for raw in [
+            "ferry+https://t:TOKSECRET@h/t/r",
+            "ferry+https://TOKSECRET@h:8443/t/r",
+            "s3://AKIA:TOKSECRET@b/k",
+            "az://acct:TOKSECRET@c/k",
+            "gs://u:TOKSECRET@b/o",
+            "rados://client:TOKSECRET@pool/name",
+            "https://u:TOKSECRET@acct.blob.core.windows.net/c/k",
+        ] {
+            let e = Location::parse(raw).unwrap_err().to_string();
+            assert!(!e.contains("TOKSECRET"), "{raw}: {e}");
+            assert!(e.contains("no user name or password"), "{raw}: {e}");
+        }
+        // A secret with a `/` in it ends the host early: what is left is refused as well.
+        for raw in [
+            "ferry+https://t:PWPART1/PWPART2@h:8443/t/r",
+            "ferry+https://PWPART1/PWPART2@h:8443/t/r",
+            "s3://AKIA:PWPART1/PWPART2@b/k",
+            "az://acct:PWPART1/PWPART2@c/k",
+        ] {
+            let e = Location::parse(raw).unwrap_err().to_string();
+            assert!(!e.contains("PWPART"), "{raw}: {e}");
+        }
+        let e = Location::parse("ferry+https://t:TOKSECRET@h/t/r")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("FERRY_SERVE_TOKEN"), "{e}");
+        // What a ferry serve URL looks like still parses, IPv6 too; keys may hold `@`.
+        let l = Location::parse("ferry+https://[::1]:8443/db-1/repo@2/x").unwrap();
+        assert_eq!(
+            (l.bucket.as_str(), l.key.as_str()),
+            ("[::1]:8443", "db-1/repo@2/x")
+        );
+        assert!(Location::parse("ferry+https://h.example/t/r").is_ok());
+        assert!(Location::parse("s3://b/k@v1").is_ok());
+    }
+
+    /// A query on a URL form that takes none is refused; no message shows a query.
+    #[test]
+    fn queries_are_refused_and_never_repeated() {
+        for raw in [
+            "az://c/r?sv=1&sig=SIGSECRET",
+            "az:///c/r?sv=1&sig=SIGSECRET",
+            "s3://b/k?X-Amz-Signature=SIGSECRET",
+            "gs://b/k?SIGSECRET",
+            "ferry+https://h:8443/t/r?token=SIGSECRET",
+            "s3:///k?SIGSECRET",
+        ] {
+            let e = Location::parse(raw).unwrap_err().to_string();
+            assert!(!e.contains("SIGSECRET"), "{raw}: {e}");
+        }
+        let e = Location::parse("az://c/r?sv=1&sig=SIGSECRET")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("AZURE_STORAGE_SAS_TOKEN"), "{e}");
+        assert_eq!(
+            Location::shown("https://a.blob.core.windows.net/c/k?sig=S"),
+            "https://a.blob.core.windows.net/c/k"
+        );
+        assert_eq!(
+            Location::shown("ferry+https://t:T@h/t/r?q"),
+            "ferry+https://***@h/t/r"
+        );
+        assert_eq!(Location::shown("/a/b@c"), "/a/b@c");
     }
 }

@@ -67,6 +67,14 @@ impl ServedStore {
                 "ferry+https:// needs a tenant token: set FERRY_SERVE_TOKEN".into(),
             ));
         }
+        // A token in the URL (`TENANT:TOKEN@HOST`) would be shown by url() in every
+        // message: Location::parse refuses it, and so does this, for any other caller.
+        if host_port.contains('@') || host_port.contains('/') {
+            return Err(Error::Invalid(
+                "ferry+https:// takes HOST:PORT only, no user name or token: set FERRY_SERVE_TOKEN"
+                    .into(),
+            ));
+        }
         Ok(ServedStore {
             base: format!("https://{host_port}"),
             token: token.to_string(),
@@ -302,5 +310,21 @@ impl Store for ServedStore {
         self.call(Method::DELETE, &q, None, Bytes::new(), ANSWER)
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A token in the host part would be shown by url(): refused, and not repeated.
+    #[test]
+    fn a_token_in_the_host_is_refused_and_not_repeated() {
+        let e = ServedStore::new("t:TOKSECRET@h:8443", "token", None).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            !e.contains("TOKSECRET") && e.contains("FERRY_SERVE_TOKEN"),
+            "{e}"
+        );
     }
 }

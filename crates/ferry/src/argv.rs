@@ -32,6 +32,16 @@ pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
                  the URL in FERRY_REPO or ferry.toml"
             ));
         }
+        // A store URL with user info: restic users write passwords there.
+        if has_user_info(a) {
+            return Some(format!(
+                "'{}' carries a user name or password, readable by every local user on the \
+                 command line (and refused anywhere): give the tenant token in FERRY_SERVE_TOKEN \
+                 or --serve-token-file, a store's keys in its credential variables \
+                 (AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_KEY, ...)",
+                ferry_store::Location::shown(a)
+            ));
+        }
         for (flag, env) in [
             ("--conninfo", "FERRY_PG_CONNINFO"),
             ("--primary-conninfo", "FERRY_PG_PRIMARY_CONNINFO"),
@@ -51,6 +61,28 @@ pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
 /// Whether `url` carries an Azure SAS token in its query (the token is the credential).
 pub fn has_sas(url: &str) -> bool {
     url.contains("://") && ["sig=", "sig%3D", "SIG="].iter().any(|m| url.contains(m))
+}
+
+/// Whether `arg` (or the value of `--flag=arg`) is a store or endpoint URL with user info
+/// (`NAME:SECRET@` before its host). PostgreSQL URLs are `--conninfo`'s, checked there.
+pub fn has_user_info(arg: &str) -> bool {
+    let Some((scheme, rest)) = arg.split_once("://") else {
+        return false;
+    };
+    let scheme = scheme.rsplit('=').next().unwrap_or_default();
+    let store = [
+        "s3",
+        "az",
+        "azure",
+        "gs",
+        "rados",
+        "ferry+https",
+        "https",
+        "http",
+    ]
+    .contains(&scheme.to_ascii_lowercase().as_str());
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    store && host.contains('@')
 }
 
 #[cfg(test)]
@@ -101,5 +133,40 @@ mod tests {
             "{e}"
         );
         assert!(check(&["ferry", "cp", "f", "https://a.blob.core.windows.net/c/f"]).is_none());
+    }
+
+    #[test]
+    fn user_info_in_a_store_url_is_refused_and_not_repeated() {
+        let cases: [&[&str]; 4] = [
+            &[
+                "ferry",
+                "--repo",
+                "ferry+https://t:TOKSECRET@h:8443/t/r",
+                "init",
+            ],
+            &[
+                "ferry",
+                "--repo=ferry+https://t:TOKSECRET@h:8443/t/r",
+                "init",
+            ],
+            &["ferry", "cp", "f", "s3://AKIA:TOKSECRET@b/k"],
+            &[
+                "ferry",
+                "--s3-endpoint",
+                "https://u:TOKSECRET@minio:9000",
+                "ls",
+            ],
+        ];
+        for args in cases {
+            let e = check(args).expect("refused");
+            assert!(
+                e.contains("FERRY_SERVE_TOKEN") && !e.contains("TOKSECRET"),
+                "{e}"
+            );
+        }
+        assert!(check(&["ferry", "cp", "f", "s3://b/k@v1"]).is_none());
+        assert!(check(&["ferry", "cp", "f", "/tmp/me@host"]).is_none());
+        // PostgreSQL URLs are --conninfo's: a user without a password is fine there.
+        assert!(check(&["ferry", "pg", "backup", "--conninfo", "postgres://u@h/db"]).is_none());
     }
 }

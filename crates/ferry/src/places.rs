@@ -157,7 +157,11 @@ impl Stores {
             }
         };
         if loc.is_remote() && key.split('/').any(|p| p == "." || p == "..") {
-            bail!("'{raw}': object keys may not contain . or .. segments");
+            // (Shown up to its query: an Azure URL's SAS token is a secret.)
+            bail!(
+                "'{}': object keys may not contain . or .. segments",
+                Location::shown(raw)
+            );
         }
         Ok(Place {
             loc,
@@ -235,4 +239,37 @@ pub fn join(prefix: &str, rel: &str) -> String {
 /// The last segment of a key.
 pub fn base_name(key: &str) -> &str {
     key.trim_end_matches('/').rsplit('/').next().unwrap_or(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    fn stores() -> Stores {
+        let cli = Cli::parse_from(["ferry", "snapshots"]);
+        Stores::new(Settings::load(&cli.global).unwrap())
+    }
+
+    /// A refused location is named without its query: an Azure URL's is a SAS token.
+    #[tokio::test]
+    async fn refusals_leave_a_sas_token_out() {
+        let mut s = stores();
+        for raw in [
+            "https://acct.blob.core.windows.net/c/a%2F..%2Fb?sv=1&sig=SIGSECRET",
+            "az:///c/r?sv=1&sig=SIGSECRET",
+            "az://c/r?sv=1&sig=SIGSECRET",
+        ] {
+            let e = format!("{:#}", s.open(raw).unwrap_err());
+            assert!(!e.contains("SIGSECRET"), "{raw}: {e}");
+        }
+        let e = format!(
+            "{:#}",
+            s.open("https://acct.blob.core.windows.net/c/a%2F..%2Fb?sv=1&sig=SIGSECRET")
+                .unwrap_err()
+        );
+        assert!(e.contains(". or .. segments"), "{e}");
+    }
 }

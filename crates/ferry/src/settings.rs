@@ -467,8 +467,11 @@ fn passed(g: &Global, repo: Option<&str>, config: Option<&Path>) -> Vec<Pass> {
         false => abs(Path::new(r)),
     });
     // A URL with a SAS token is a secret: a child gets it by environment only, never on a
-    // command line or in restore_command.
-    let sas = repo.as_deref().is_some_and(crate::argv::has_sas);
+    // command line or in restore_command. So is one with any query or user info (which
+    // Location::parse refuses, but a child might be spawned before it runs).
+    let sas = repo
+        .as_deref()
+        .is_some_and(|r| crate::argv::has_sas(r) || ferry_store::Location::shown(r) != r);
     let mut v: Vec<Pass> = pass("--repo", "FERRY_REPO", repo, sas)
         .into_iter()
         .collect();
@@ -682,9 +685,26 @@ mod tests {
         let mut s = s;
         s.repo = Some("https://a.blob.core.windows.net/c/r?sv=1&sig=SIGSECRET".into());
         s.served_token = "TOKSECRET".into();
+        // Nor the [serve] table's backend query, nor a tenant's token hash.
+        let hash = "ab".repeat(32);
+        s.serve = Some(
+            toml::from_str(&format!(
+                r#"
+                listen = "127.0.0.1:8443"
+                backend = "https://a.blob.core.windows.net/c/b?sv=1&sig=SIGSECRET"
+                tls_cert = "/c.pem"
+                tls_key = "/k.pem"
+                [[tenant]]
+                name = "db1"
+                token_sha256 = "{hash}"
+                role = "admin"
+                "#
+            ))
+            .unwrap(),
+        );
         let shown = format!("{s:?}");
         assert!(
-            !shown.contains("SIGSECRET") && !shown.contains("TOKSECRET"),
+            !shown.contains("SIGSECRET") && !shown.contains("TOKSECRET") && !shown.contains(&hash),
             "{shown}"
         );
         assert!(shown.contains("a.blob.core.windows.net/c/r?***"), "{shown}");

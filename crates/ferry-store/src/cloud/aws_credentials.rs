@@ -358,20 +358,6 @@ struct ProcessOutput {
     expiration: Option<String>,
 }
 
-/// Secrets of ferry's own that a `credential_process` is not handed.
-const HELPER_HIDDEN: &[&str] = &[
-    "FERRY_PASSWORD",
-    "FERRY_SERVE_TOKEN",
-    "FERRY_AZURE_CONNECTION_STRING",
-    "AZURE_STORAGE_CONNECTION_STRING",
-    "AZURE_STORAGE_KEY",
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_STORAGE_SAS_TOKEN",
-    "PGPASSWORD",
-    "FERRY_PG_CONNINFO",
-    "FERRY_PG_PRIMARY_CONNINFO",
-];
-
 #[async_trait]
 impl Fetch for Process {
     async fn fetch(&self) -> Result<(AwsCredential, Option<SystemTime>)> {
@@ -380,7 +366,7 @@ impl Fetch for Process {
         cmd.arg("-c").arg(&self.command);
         // A helper (often another vendor's program) gets what it needs, not ferry's other
         // secrets.
-        for k in HELPER_HIDDEN {
+        for k in super::hidden_from_helpers() {
             cmd.env_remove(k);
         }
         let run = cmd
@@ -510,15 +496,28 @@ mod tests {
     /// A credential_process gets none of ferry's other secrets.
     #[tokio::test]
     async fn a_credential_process_is_not_handed_ferrys_secrets() {
-        // SAFETY: this test alone sets it; nothing here reads it otherwise.
-        unsafe { std::env::set_var("FERRY_PASSWORD", "the repository's password") };
+        const SET: &[(&str, &str)] = &[
+            ("FERRY_PASSWORD", "the repository's password"),
+            ("FERRY_FROM_PASSWORD", "the source repository's password"),
+            ("AZURE_STORAGE_SAS_KEY", "sv=1&sig=SIGSECRET"),
+            (
+                "FERRY_REPO",
+                "https://a.blob.core.windows.net/c/r?sv=1&sig=SIGSECRET",
+            ),
+        ];
+        // SAFETY: this test alone sets them; nothing here reads them otherwise.
+        for (k, v) in SET {
+            unsafe { std::env::set_var(k, v) };
+        }
         let p = Process {
-            command: r#"test -z "$FERRY_PASSWORD" || exit 9; echo '{"Version": 1, "AccessKeyId": "k", "SecretAccessKey": "s"}'"#.into(),
+            command: r#"test -z "$FERRY_PASSWORD$FERRY_FROM_PASSWORD$AZURE_STORAGE_SAS_KEY$FERRY_REPO" || exit 9; echo '{"Version": 1, "AccessKeyId": "k", "SecretAccessKey": "s"}'"#.into(),
             profile: "test".into(),
         };
         let got = p.fetch().await;
-        unsafe { std::env::remove_var("FERRY_PASSWORD") };
-        let (c, _) = got.expect("the helper saw FERRY_PASSWORD");
+        for (k, _) in SET {
+            unsafe { std::env::remove_var(k) };
+        }
+        let (c, _) = got.expect("the helper saw one of ferry's secrets");
         assert_eq!(c.key_id, "k");
     }
 

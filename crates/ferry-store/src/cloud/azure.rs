@@ -14,8 +14,8 @@ use super::azure_lock::{self, AzureLock};
 use super::signed::send_for_response;
 use crate::{BlockId, Error, LockMode, Meta, Result, Upload};
 
-/// Writes blobs and blocks to one container.
-#[derive(Debug)]
+/// Writes blobs and blocks to one container. Its `Debug` leaves the credentials out (a key
+/// or SAS token of object_store's, which print themselves).
 pub(super) struct AzureWriter {
     http: HttpClient,
     service: Url,
@@ -30,6 +30,18 @@ pub(super) struct AzureWriter {
     lock: tokio::sync::OnceCell<Option<AzureLock>>,
     /// The credential could not read the container's lock record; not yet said.
     unread: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for AzureWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AzureWriter")
+            .field("service", &self.service.as_str())
+            .field("account", &self.account)
+            .field("container", &self.container)
+            .field("tier", &self.tier)
+            .field("credentials", &"***")
+            .finish_non_exhaustive()
+    }
 }
 
 /// Block ids must have one length within a blob: a random session tag and a fixed-width index.

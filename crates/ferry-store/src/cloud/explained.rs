@@ -11,12 +11,20 @@ use crate::error::{concise, one_line};
 /// Words the error mapping knows as "credentials missing": not retried, said as they are.
 pub(crate) const MISSING: &str = "credentials: none given";
 
-/// A provider whose errors begin with what was looked for.
-#[derive(Debug)]
+/// A provider whose errors begin with what was looked for. Its `Debug` shows only that:
+/// the provider inside may hold a key, and print it.
 pub(super) struct Explained<T> {
     inner: Arc<dyn CredentialProvider<Credential = T>>,
     /// `no CLOUD credentials: none given (...), and SOURCE failed`.
     said: String,
+}
+
+impl<T> std::fmt::Debug for Explained<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Explained")
+            .field("said", &self.said)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<T> Explained<T> {

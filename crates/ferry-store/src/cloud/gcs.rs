@@ -33,8 +33,8 @@ const COMPOSE_MAX: usize = 32;
 /// Parts an abort deletes at once: one request each, and a 1 GiB upload has about 200.
 const DELETES_AT_ONCE: usize = 16;
 
-/// Writes objects to one bucket.
-#[derive(Debug)]
+/// Writes objects to one bucket. Its `Debug` leaves the credentials out (object_store's
+/// token or service-account key print themselves).
 pub(super) struct GcsWriter {
     http: HttpClient,
     base: Url,
@@ -44,6 +44,18 @@ pub(super) struct GcsWriter {
     /// Storage class of objects committed; parts stay STANDARD (a colder class bills early
     /// deletion, and parts live for seconds).
     class: Option<String>,
+}
+
+impl std::fmt::Debug for GcsWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcsWriter")
+            .field("base", &self.base.as_str())
+            .field("bucket", &self.bucket)
+            .field("project", &self.project)
+            .field("class", &self.class)
+            .field("credentials", &"***")
+            .finish_non_exhaustive()
+    }
 }
 
 /// The object names of one listing page that lie under `prefix`. The answer is the server's:

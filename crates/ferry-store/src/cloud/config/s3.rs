@@ -253,7 +253,7 @@ impl S3Config {
 }
 
 /// What S3 needs beyond `object_store`: bucket creation, open uploads, the storage class.
-#[derive(Debug)]
+/// Its `Debug` shows neither the SSE-C key nor the credentials.
 pub(in crate::cloud) struct S3Extra {
     pub storage_class: Option<String>,
     /// Whether the bucket has Object Lock, once asked.
@@ -480,6 +480,19 @@ impl S3Extra {
         }
         self.sign(&mut req).await?;
         crate::cloud::signed::send(&self.http, req, &format!("create bucket {bucket}")).await
+    }
+}
+
+impl std::fmt::Debug for S3Extra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Extra")
+            .field("bucket_url", &self.bucket_url)
+            .field("region", &self.region)
+            .field("storage_class", &self.storage_class)
+            .field("sse_c_key", &hidden(&self.sse_c_key))
+            .field("md5_etags", &self.md5_etags)
+            .field("credentials", &"***")
+            .finish_non_exhaustive()
     }
 }
 
