@@ -5,11 +5,13 @@
 //! directory is empty, a backup reaches the target, its WAL is all archived); if the restore
 //! fails after that, what it wrote is removed again.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ferry_repo::archiver::BackupProgress;
 use ferry_repo::restorer::{Overwrite, Select};
+use ferry_repo::tree::NodeKind;
 use ferry_repo::{Id, Repo, Snapshot};
 use ferry_transfer::{Error, Result};
 
@@ -106,7 +108,7 @@ async fn check_wal(repo: &Repo, b: &PgBackup, target: &Target) -> Result<Vec<Str
         return Err(Error::NotFound(format!(
             "WAL segment {m}, which the backup needs to become consistent, is not in the \
              archive ({} of {} missing)",
-            missing.len(),
+            crate::walview::count(missing.len()),
             stop - start + 1
         )));
     }
@@ -194,10 +196,15 @@ pub async fn restore(
              (--delta: into a data directory, rewriting what differs)"
         )));
     }
-    // What a failed restore leaves: the directory as it was found, empty, and gone if this
-    // restore made it (a path removed only while it still names the directory made).
+    let found = root.stat().map_err(|e| Error::io(&shown, e))?.st_mode & 0o7777;
+    // What a failed restore leaves: the directory as it was found, empty (its mode put back),
+    // and gone if this restore made it (a path removed only while it still names the
+    // directory made).
     let undo = |opened: &[ferry_fs::Dir]| {
         let _ = root.empty();
+        if root.stat().is_ok_and(|st| st.st_mode & 0o7777 != found) {
+            let _ = root.set_mode(found, None);
+        }
         if made && same_dir(&root, &opts.to) {
             let _ = std::fs::remove_dir(&opts.to);
         }
@@ -209,6 +216,8 @@ pub async fn restore(
         let (id, snap, b) =
             crate::choose::choose(&repo, &opts.target, opts.backup.as_deref()).await?;
         owned(&root, made, &b, &opts.to)?;
+        private(&root, &opts.to)?;
+        no_special(&repo, &snap).await?;
         let spaces = tablespace::places(&b, &opts.to, &opts.tablespace_map, opts.delta)?;
         let warnings = check_wal(&repo, &b, &opts.target).await?;
         Ok::<_, Error>((id, snap, b, spaces, warnings))
@@ -232,6 +241,9 @@ pub async fn restore(
                 Overwrite::Always
             },
             delete: opts.delta,
+            // Left out, should [`no_special`] have let one through: FIFOs, devices, setuid
+            // and setgid bits, file capabilities.
+            special: false,
             ..Default::default()
         };
         if !spaces.is_empty() {
@@ -262,10 +274,12 @@ pub async fn restore(
             let (dir, made) = tablespace::open_place(t, dest, &b, mapped)?;
             // What was checked by path holds for what was opened.
             tablespace::check_opened(&dir, t, dest, opts.delta, &b, mapped || made)?;
+            private(&dir, dest)?;
             opened.push(dir.try_clone().map_err(io)?);
             let one = ferry_repo::restorer::Options {
                 overwrite: how.overwrite,
                 delete: how.delete,
+                special: false,
                 ..Default::default()
             };
             let into = dir.try_clone().map_err(io)?;
@@ -331,6 +345,73 @@ fn owned(root: &ferry_fs::Dir, made: bool, b: &PgBackup, to: &Path) -> Result<()
     }
 }
 
+/// Makes `dir` (the data directory, or a tablespace's) 0700 before anything is written into
+/// it (once it is known to be the cluster owner's): a directory found group-writable (0770)
+/// would let the group swap in files of its own (`postgresql.auto.conf` with an
+/// `archive_command`) while the restore writes.
+fn private(dir: &ferry_fs::Dir, path: &Path) -> Result<()> {
+    dir.set_mode(0o700, None)
+        .map_err(|e| Error::io(path.display(), e))
+}
+
+/// Refuses a backup whose snapshot holds what no data directory holds: a device, or an entry
+/// with setuid, setgid or sticky bits (but a directory's setgid, inherited from its parent
+/// where PostgreSQL made it, which is dropped). PostgreSQL makes none of these and only root
+/// can make most: a password holder forged the snapshot, and restored as root it would leave
+/// root's setuid programs or device nodes in the cluster owner's hands. Checked before
+/// anything is written. FIFOs and sockets (PostgreSQL's own, with `unix_socket_directories`
+/// in the data directory) are left out with a warning, as pgBackRest leaves them out.
+async fn no_special(repo: &Repo, snap: &Snapshot) -> Result<()> {
+    use futures::StreamExt;
+    let (index, _) = repo.index().await?;
+    let index = &index;
+    // Each tree once: a forged snapshot may name one subtree from everywhere.
+    let mut seen = std::collections::HashSet::from([snap.tree]);
+    let mut level = vec![(PathBuf::from("/"), snap.tree)];
+    while !level.is_empty() {
+        let trees: Vec<_> = futures::stream::iter(level)
+            .map(|(at, id)| async move { (ferry_repo::load_tree(repo, index, &id).await, at) })
+            .buffer_unordered(TREE_READS)
+            .collect()
+            .await;
+        let mut next = Vec::new();
+        for (tree, at) in trees {
+            for n in tree?.nodes {
+                let path = at.join(std::ffi::OsStr::from_bytes(&n.name_bytes()));
+                if let Some(why) = not_data(&n) {
+                    return Err(Error::Invalid(format!(
+                        "the backup's snapshot holds {path:?}, {why}: no data directory holds \
+                         one; the snapshot is damaged or forged, nothing was restored"
+                    )));
+                }
+                match (n.kind, n.subtree) {
+                    (NodeKind::Dir, Some(sub)) if seen.insert(sub) => next.push((path, sub)),
+                    (NodeKind::Fifo | NodeKind::Socket, _) => {
+                        tracing::warn!("{path:?} in the backup is a FIFO or socket: left out")
+                    }
+                    _ => {}
+                }
+            }
+        }
+        level = next;
+    }
+    Ok(())
+}
+
+/// Trees [`no_special`] reads at once.
+const TREE_READS: usize = 16;
+
+/// Why `n` has no place in a data directory, if it has none.
+fn not_data(n: &ferry_repo::tree::Node) -> Option<&'static str> {
+    let bits = match n.kind {
+        NodeKind::Chardev | NodeKind::Blockdev => return Some("a device"),
+        NodeKind::Socket => 0,
+        NodeKind::Dir => n.mode & 0o5000,
+        _ => n.mode & 0o7000,
+    };
+    (bits != 0).then_some("with setuid, setgid or sticky bits")
+}
+
 /// Whether `path` (not followed if a link) is the directory `dir` holds open.
 fn same_dir(dir: &ferry_fs::Dir, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -350,15 +431,10 @@ fn configure(
         owner: b.owner,
     };
     c.write("backup_label", b.label.as_bytes())?;
+    // Made from the places checked, never the record's own map: its lines would make
+    // pg_tblspc links wherever they say.
     if !spaces.is_empty() {
-        // "OID PATH" per line, which PostgreSQL turns into pg_tblspc links at start.
-        let map: String = spaces
-            .iter()
-            .map(|(t, dest)| format!("{} {}\n", t.oid, dest.display()))
-            .collect();
-        c.write("tablespace_map", map.as_bytes())?;
-    } else if let Some(map) = &b.tablespace_map {
-        c.write("tablespace_map", map.as_bytes())?;
+        c.write("tablespace_map", tablespace::map_file(spaces)?.as_bytes())?;
     }
     c.write("recovery.signal", b"")?;
     let mut conf = format!(

@@ -28,17 +28,32 @@ pub(crate) fn places(
             )));
         }
     }
+    // PostgreSQL makes a pg_tblspc link of each line: a map without tablespaces to put
+    // anywhere is not a backup's.
+    let stray = b.tablespace_map.as_deref().unwrap_or("");
+    if b.tablespaces.is_empty() && !stray.trim().is_empty() {
+        return Err(Error::Invalid(
+            "the backup's record has a tablespace_map but no tablespaces: it is damaged or \
+             forged, nothing was restored"
+                .into(),
+        ));
+    }
     let mut out: Vec<(Tablespace, PathBuf)> = Vec::new();
     for t in &b.tablespaces {
         let mapped = map.iter().find(|(oid, _)| *oid == t.oid);
         let dest = mapped.map_or_else(|| PathBuf::from(&t.location), |(_, d)| d.clone());
         let shown = dest.display().to_string();
         // The cluster's owner wrote the location (pg_tblspc's link): `..` in it would walk
-        // out of what the path seems to name once a missing part of it is made.
+        // out of what the path seems to name once a missing part of it is made. It becomes a
+        // line of tablespace_map, written as it is: PostgreSQL reads a line break there as
+        // the line's end and a backslash as an escape, and ferry writes paths as UTF-8.
         let plain = dest
             .components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
-        if !dest.is_absolute() || !plain || shown.contains('\n') {
+        let one_line = dest
+            .to_str()
+            .is_some_and(|d| !d.contains(['\n', '\r', '\\']));
+        if !dest.is_absolute() || !plain || !one_line {
             return Err(Error::Invalid(format!(
                 "tablespace {}: {shown:?} is not a plain absolute path (give --tablespace-map \
                  {}=DIR)",
@@ -85,6 +100,16 @@ pub(crate) fn places(
 fn not_taken(t: &Tablespace, dest: &Path, b: &PgBackup) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let m = match std::fs::symlink_metadata(dest) {
+        // A link to nothing: making the place would replace it with a directory in a parent
+        // nobody checked (root's, where a link to a removed file was left).
+        Ok(l) if l.file_type().is_symlink() && std::fs::metadata(dest).is_err() => {
+            return Err(Error::Invalid(format!(
+                "tablespace {}: {} is a symbolic link to nothing: give --tablespace-map {}=DIR",
+                t.oid,
+                dest.display(),
+                t.oid
+            )));
+        }
         Ok(_) => std::fs::metadata(dest),
         Err(_) => {
             let parent = dest.parent().unwrap_or(Path::new("/"));
@@ -129,16 +154,27 @@ fn not_taken(t: &Tablespace, dest: &Path, b: &PgBackup) -> Result<()> {
 /// Opens the place `dest` of tablespace `t`, or makes it. One the operator named is made as
 /// asked; one the backup names is made only in a parent of the cluster's owner, checked
 /// through the parent's descriptor (the path may have been swapped since [`places`] looked).
+/// One that is there is only opened, never made: "made" is what exempts the place from the
+/// owner check, and only a directory made in a parent checked here may say it.
 /// Returns the directory and whether it was made.
 pub(crate) fn open_place(
     t: &Tablespace, dest: &Path, b: &PgBackup, mapped: bool,
 ) -> Result<(ferry_fs::Dir, bool)> {
     let io = |e| Error::io(dest.display(), e);
-    if mapped || std::fs::symlink_metadata(dest).is_ok() {
+    if mapped {
         return ferry_fs::Dir::create_root_made(dest).map_err(io);
     }
+    if std::fs::symlink_metadata(dest).is_ok() {
+        // A link to nothing fails here (ENOENT): it is not replaced.
+        let dir = ferry_fs::Dir::open_root(dest).map_err(io)?;
+        return Ok((dir, false));
+    }
     let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
-        return ferry_fs::Dir::create_root_made(dest).map_err(io);
+        return Err(Error::Invalid(format!(
+            "tablespace {}: {} names no directory to make",
+            t.oid,
+            dest.display()
+        )));
     };
     let p = ferry_fs::Dir::open_root(parent).map_err(io)?;
     let uid = p.stat().map_err(io)?.st_uid;
@@ -176,6 +212,23 @@ pub(crate) fn check_opened(
             dest.display()
         ))),
     }
+}
+
+/// `tablespace_map`: "OID PATH" per line, which PostgreSQL turns into pg_tblspc links when
+/// it starts; made only from places [`places`] checked (UTF-8, no line break, no backslash).
+pub(crate) fn map_file(spaces: &[(Tablespace, PathBuf)]) -> Result<String> {
+    let mut map = String::new();
+    for (t, dest) in spaces {
+        let line = dest.to_str().filter(|d| !d.contains(['\n', '\r', '\\']));
+        let Some(d) = line else {
+            return Err(Error::Invalid(format!(
+                "tablespace {}: {dest:?} cannot be a line of tablespace_map",
+                t.oid
+            )));
+        };
+        map.push_str(&format!("{} {d}\n", t.oid));
+    }
+    Ok(map)
 }
 
 /// Whether `dir` holds a PostgreSQL version directory, as every tablespace does.
