@@ -2,50 +2,30 @@
 //! things in: no device, FIFO or setuid bit comes back, a target group members could write
 //! is private before anything is written into it, a tablespace place that is a link to
 //! nothing is refused, and `tablespace_map` holds only the places checked. On an in-memory
-//! store; backups are made the way `memory.rs` makes them. The device and another user's
-//! directory need root, as these tests run here; without it those parts are left out.
+//! store; backups are made as `memory.rs` makes them (`tests/common`). The device and
+//! another user's directory need root, as these tests run here; without it those parts are
+//! left out.
+
+mod common;
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use ferry_pg::layout::{PgLayout, BLOCK};
-use ferry_pg::record::{Tablespace, TAG};
+use common::{memory_repo, pg_backup, seg, segment, Scratch};
+use ferry_pg::layout::BLOCK;
+use ferry_pg::record::Tablespace;
 use ferry_pg::restore::{restore, RestoreOptions};
 use ferry_pg::walview;
-use ferry_pg::{Lsn, PgBackup, Target};
-use ferry_repo::archiver::{Archiver, BackupProgress, Quiet};
+use ferry_pg::{PgBackup, Target};
+use ferry_repo::archiver::{BackupProgress, Quiet};
 use ferry_repo::{Id, Repo};
-use ferry_store::memory::MemoryStore;
-use ferry_store::Store;
 use ferry_testkit::random_bytes;
-use ferry_transfer::{Class, Engine, EngineConfig, Error};
-use ferry_wal::WalName;
+use ferry_transfer::Error;
 
-/// The smallest segment size PostgreSQL allows.
-const SEG: u64 = 1 << 20;
-const SYSTEM_ID: u64 = 7_301_234_567_890_123_456;
-const ROOT: &str = "repo";
 /// Every backup here starts and stops in segment 2.
 const WAL: u64 = 2;
-
-/// A scratch directory, removed when dropped (a failed assertion included).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let d = std::env::temp_dir().join(ferry_testkit::unique("ferry-pg-hostile"));
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn root() -> bool {
     // SAFETY: geteuid cannot fail.
@@ -54,22 +34,10 @@ fn root() -> bool {
 
 /// A repository whose archive holds the segment every backup here needs.
 async fn new_repo() -> Arc<Repo> {
-    let shared: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let remote = Engine::new(EngineConfig::default()).remote(shared, Class::Bulk);
-    let repo = Repo::init(remote, ROOT, b"pw", ferry_repo::repo::FORMAT)
-        .await
-        .unwrap();
-    let n = WalName::segment(1, WAL, SEG);
-    let mut d = vec![0u8; SEG as usize];
-    d[0..2].copy_from_slice(&0xD110u16.to_le_bytes());
-    d[2..4].copy_from_slice(&0x0002u16.to_le_bytes());
-    d[4..8].copy_from_slice(&1u32.to_le_bytes());
-    d[8..16].copy_from_slice(&(WAL * SEG).to_le_bytes());
-    d[24..32].copy_from_slice(&SYSTEM_ID.to_le_bytes());
-    d[32..36].copy_from_slice(&(SEG as u32).to_le_bytes());
-    d[36..40].copy_from_slice(&8192u32.to_le_bytes());
-    walview::archive(&repo).push(&n, d).await.unwrap();
-    Arc::new(repo)
+    let (_, repo) = memory_repo().await;
+    let n = seg(1, WAL);
+    walview::archive(&repo).push(&n, segment(&n)).await.unwrap();
+    repo
 }
 
 /// A small data directory, with tablespace 16400's files under `pg_tblspc`.
@@ -88,51 +56,10 @@ fn data_dir(dir: &Path) {
 
 /// What `pg backup` records for a backup of `dir`, with `tablespaces`.
 fn record(dir: &Path, tablespaces: Vec<Tablespace>) -> PgBackup {
-    let m = std::fs::metadata(dir).unwrap();
-    let start_lsn = Lsn(WAL * SEG + 0x28);
-    let start_wal = WalName::segment(1, WAL, SEG).to_string();
     PgBackup {
-        system_id: SYSTEM_ID.to_string(),
-        version: 150_004,
-        timeline: 1,
-        seg_size: SEG,
-        start_lsn,
-        stop_lsn: Lsn(WAL * SEG + 0x100),
-        label: format!("START WAL LOCATION: {start_lsn} (file {start_wal})\nLABEL: hostile\n"),
-        stop_wal: start_wal.clone(),
-        start_wal,
-        start_time: 1_000_000,
-        stop_time: 2_000_000,
-        stop_snapshot: None,
-        tablespace_map: None,
-        data_dir: dir.display().to_string(),
-        owner: (m.uid(), m.gid()),
-        mode: m.mode() & 0o7777,
-        block_size: BLOCK,
         tablespaces,
+        ..common::record(dir, WAL, WAL, 2_000_000)
     }
-}
-
-/// A backup of `dir` recording `rec`, as `pg backup` makes it; the record is the password
-/// holder's to write.
-async fn pg_backup(repo: &Arc<Repo>, dir: &Path, rec: &PgBackup) -> Id {
-    let (index, trees) = ferry_repo::backup::starting_point(repo, false)
-        .await
-        .unwrap();
-    let layout = Arc::new(PgLayout::new(dir, BLOCK));
-    let arch = Archiver::with_policy(repo.clone(), index, trees, Arc::new(Quiet), layout);
-    let root = arch.save_root(dir, None).await.unwrap();
-    assert!(arch.errors().is_empty(), "{:?}", arch.errors());
-    arch.commit(
-        root,
-        vec![rec.data_dir.clone()],
-        None,
-        vec![TAG.to_string()],
-        Some(rec.to_extra()),
-    )
-    .await
-    .unwrap()
-    .id
 }
 
 fn options(to: &Path, id: Id) -> RestoreOptions {
@@ -193,7 +120,7 @@ fn mkfifo(p: &Path) {
 /// owner's hands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn special_files_and_bits_are_never_restored() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("ferry-pg-hostile");
     let repo = new_repo().await;
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);
@@ -263,7 +190,7 @@ impl BackupProgress for Watch {
 /// and a group member could swap in a `postgresql.auto.conf` of their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_writable_target_is_private_before_it_is_written() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("ferry-pg-hostile");
     let repo = new_repo().await;
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);
@@ -300,7 +227,7 @@ async fn a_group_writable_target_is_private_before_it_is_written() {
 /// without asking whose directory it was made in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tablespace_place_that_is_a_link_to_nothing_is_refused() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("ferry-pg-hostile");
     let repo = new_repo().await;
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);
@@ -332,7 +259,7 @@ async fn a_tablespace_place_that_is_a_link_to_nothing_is_refused() {
 /// ferry wrote them (a carriage return, a backslash) or that are not UTF-8.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tablespace_map_holds_only_checked_places() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("ferry-pg-hostile");
     let repo = new_repo().await;
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);

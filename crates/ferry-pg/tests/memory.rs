@@ -4,81 +4,35 @@
 //! repository's archive; then what the archive holds ([`WalView`]), restore's choice of
 //! backup and the recovery settings it writes, expire and verify run on an in-memory store.
 
+mod common;
+
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use common::{memory_repo, pg_backup, record, seg, segment, Scratch, ROOT, SEG};
 use ferry_pg::expire::{expire, Keep};
-use ferry_pg::layout::{PgLayout, BLOCK};
-use ferry_pg::record::TAG;
+use ferry_pg::layout::BLOCK;
 use ferry_pg::restore::{restore, RestoreOptions};
 use ferry_pg::verify::verify;
 use ferry_pg::walaccess::WalAccess;
 use ferry_pg::walview::{self, WalView};
-use ferry_pg::{Lsn, PgBackup, Target};
-use ferry_repo::archiver::{Archiver, Quiet};
+use ferry_pg::{Lsn, Target};
+use ferry_repo::archiver::Quiet;
 use ferry_repo::{Id, Repo};
 use ferry_store::memory::MemoryStore;
 use ferry_store::Store;
 use ferry_testkit::random_bytes;
-use ferry_transfer::{Class, Engine, EngineConfig, Error};
+use ferry_transfer::Error;
 use ferry_wal::{Archive, Gap, WalName};
 
-/// The smallest segment size PostgreSQL allows.
-const SEG: u64 = 1 << 20;
-const SYSTEM_ID: u64 = 7_301_234_567_890_123_456;
-const ROOT: &str = "repo";
 const HOUR_US: i64 = 3_600_000_000;
-
-/// A scratch directory, removed when dropped (a failed assertion included).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let d = std::env::temp_dir().join(ferry_testkit::unique("ferry-pg-mem"));
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-async fn new_repo() -> (Arc<MemoryStore>, Arc<Repo>) {
-    let store = Arc::new(MemoryStore::new());
-    let shared: Arc<dyn Store> = store.clone();
-    let remote = Engine::new(EngineConfig::default()).remote(shared, Class::Bulk);
-    let repo = Repo::init(remote, ROOT, b"pw", ferry_repo::repo::FORMAT)
-        .await
-        .unwrap();
-    (store, Arc::new(repo))
-}
 
 fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros() as i64
-}
-
-fn seg(tli: u32, segno: u64) -> WalName {
-    WalName::segment(tli, segno, SEG)
-}
-
-/// A WAL segment with the long page header `ferry-wal` checks.
-fn segment(n: &WalName) -> Vec<u8> {
-    let mut d = vec![0u8; SEG as usize];
-    d[0..2].copy_from_slice(&0xD110u16.to_le_bytes());
-    d[2..4].copy_from_slice(&0x0002u16.to_le_bytes());
-    d[4..8].copy_from_slice(&n.timeline().to_le_bytes());
-    d[8..16].copy_from_slice(&(n.segno(SEG) * SEG).to_le_bytes());
-    d[24..32].copy_from_slice(&SYSTEM_ID.to_le_bytes());
-    d[32..36].copy_from_slice(&(SEG as u32).to_le_bytes());
-    d[36..40].copy_from_slice(&8192u32.to_le_bytes());
-    d
 }
 
 /// Archives `names` into the repository's WAL archive, as `wal-push` does.
@@ -128,55 +82,6 @@ fn relation(seed: u64) -> Vec<u8> {
     random_bytes(BLOCK as usize * 7 / 2, seed)
 }
 
-/// What `pg backup` records for a backup from segment `start` to `stop`, ended `stop_time`.
-fn record(dir: &Path, start: u64, stop: u64, stop_time: i64) -> PgBackup {
-    let m = std::fs::metadata(dir).unwrap();
-    let start_lsn = Lsn(start * SEG + 0x28);
-    let start_wal = seg(1, start).to_string();
-    PgBackup {
-        system_id: SYSTEM_ID.to_string(),
-        version: 150_004,
-        timeline: 1,
-        seg_size: SEG,
-        start_lsn,
-        stop_lsn: Lsn(stop * SEG + 0x100),
-        label: format!("START WAL LOCATION: {start_lsn} (file {start_wal})\nLABEL: ferry test\n"),
-        start_wal,
-        stop_wal: seg(1, stop).to_string(),
-        start_time: stop_time - 1_000_000,
-        stop_time,
-        stop_snapshot: None,
-        tablespace_map: None,
-        data_dir: dir.display().to_string(),
-        owner: (m.uid(), m.gid()),
-        mode: m.mode() & 0o7777,
-        block_size: BLOCK,
-        tablespaces: Vec::new(),
-    }
-}
-
-/// A base backup of `dir` recording `rec`, made as `pg backup` makes it once PostgreSQL has
-/// said where it starts.
-async fn pg_backup(repo: &Arc<Repo>, dir: &Path, rec: &PgBackup) -> Id {
-    let (index, trees) = ferry_repo::backup::starting_point(repo, false)
-        .await
-        .unwrap();
-    let layout = Arc::new(PgLayout::new(dir, BLOCK));
-    let arch = Archiver::with_policy(repo.clone(), index, trees, Arc::new(Quiet), layout);
-    let root = arch.save_root(dir, None).await.unwrap();
-    assert!(arch.errors().is_empty(), "{:?}", arch.errors());
-    arch.commit(
-        root,
-        vec![rec.data_dir.clone()],
-        None,
-        vec![TAG.to_string()],
-        Some(rec.to_extra()),
-    )
-    .await
-    .unwrap()
-    .id
-}
-
 fn options(to: &Path, target: Target) -> RestoreOptions {
     RestoreOptions {
         to: to.to_path_buf(),
@@ -220,7 +125,7 @@ async fn snapshot_ids(repo: &Repo) -> Vec<Id> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_view_sees_segments_holes_and_drops() {
-    let (_store, repo) = new_repo().await;
+    let (_store, repo) = memory_repo().await;
     push(
         &repo,
         &[
@@ -282,10 +187,10 @@ async fn the_wal_view_sees_segments_holes_and_drops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_takes_the_newest_backup_that_reaches_the_target_and_sets_up_recovery() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("ferry-pg-mem");
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);
-    let (_store, repo) = new_repo().await;
+    let (_store, repo) = memory_repo().await;
     let t0 = now_us() - 10 * HOUR_US;
     let b1 = record(&pgdata, 2, 3, t0);
     let id1 = pg_backup(&repo, &pgdata, &b1).await;
@@ -400,10 +305,10 @@ async fn restore_takes_the_newest_backup_that_reaches_the_target_and_sets_up_rec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_refuses_missing_wal_and_cleans_up_after_damage() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("ferry-pg-mem");
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);
-    let (store, repo) = new_repo().await;
+    let (store, repo) = memory_repo().await;
     let b = record(&pgdata, 2, 4, now_us() - HOUR_US);
     pg_backup(&repo, &pgdata, &b).await;
     push(&repo, &[seg(1, 2), seg(1, 4), seg(1, 5), seg(1, 7)]).await;
@@ -488,10 +393,10 @@ async fn restore_refuses_missing_wal_and_cleans_up_after_damage() {
 /// does not have are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tablespace_places_are_checked_first() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("ferry-pg-mem");
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);
-    let (_store, repo) = new_repo().await;
+    let (_store, repo) = memory_repo().await;
     let to = scratch.0.join("to");
     let busy = scratch.0.join("busy");
     std::fs::create_dir(&busy).unwrap();
@@ -575,10 +480,10 @@ async fn tablespace_places_are_checked_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expire_removes_old_backups_and_only_the_wal_they_alone_need() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("ferry-pg-mem");
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);
-    let (store, repo) = new_repo().await;
+    let (store, repo) = memory_repo().await;
     let now = now_us();
     let b1 = record(&pgdata, 2, 2, now - 72 * HOUR_US);
     let b2 = record(&pgdata, 4, 4, now - 48 * HOUR_US);
@@ -673,10 +578,10 @@ async fn expire_removes_old_backups_and_only_the_wal_they_alone_need() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_reports_missing_wal_holes_and_damage() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("ferry-pg-mem");
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);
-    let (store, repo) = new_repo().await;
+    let (store, repo) = memory_repo().await;
     let b = record(&pgdata, 2, 3, now_us() - HOUR_US);
     let id = pg_backup(&repo, &pgdata, &b).await;
     push(&repo, &[seg(1, 2), seg(1, 3), seg(1, 5)]).await;
@@ -726,7 +631,7 @@ async fn verify_reports_missing_wal_holes_and_damage() {
 /// A repository (password "pw") whose archive holds segment `a` sealed, and `b`, one it
 /// lacks; the store and the repository's remote.
 async fn sealed_archive() -> (Arc<MemoryStore>, ferry_transfer::Remote, WalName, WalName) {
-    let (store, repo) = new_repo().await;
+    let (store, repo) = memory_repo().await;
     let (a, b) = (seg(1, 1), seg(1, 2));
     push(&repo, std::slice::from_ref(&a)).await;
     (store, repo.remote().clone(), a, b)
