@@ -75,7 +75,8 @@ fn entry(name: &[u8]) -> io::Result<CString> {
     CString::new(name).map_err(|_| err(io::ErrorKind::InvalidInput, "NUL in name"))
 }
 
-fn stat_fd(fd: RawFd) -> io::Result<libc::stat> {
+/// The status of the open descriptor `fd` (an `O_PATH` one too).
+pub(crate) fn stat_fd(fd: RawFd) -> io::Result<libc::stat> {
     // SAFETY: an all-zero stat is a valid value; fstat fills it or fails.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fd is open; st is a valid out-pointer.

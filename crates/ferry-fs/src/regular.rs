@@ -31,21 +31,10 @@ pub fn open_regular(path: &Path) -> io::Result<(File, Metadata)> {
     }
     // SAFETY: fd was just opened and is owned by nothing else.
     let node = unsafe { OwnedFd::from_raw_fd(fd) };
-    regular(stat(&node)?.st_mode)?;
+    regular(crate::dir::stat_fd(node.as_raw_fd())?.st_mode)?;
     let f = reopen(&node, libc::O_RDONLY | libc::O_NONBLOCK)?;
     let m = f.metadata()?;
     Ok((f, m))
-}
-
-/// The status of the open descriptor `fd` (an `O_PATH` one too).
-fn stat(fd: &OwnedFd) -> io::Result<libc::stat> {
-    // SAFETY: an all-zero stat is a valid value; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is open; st is a valid out-pointer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
 }
 
 /// Refuses a `mode` that is not a regular file's, naming what it is: a symlink with

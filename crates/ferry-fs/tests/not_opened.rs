@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferry_fs::Dir;
 
@@ -62,11 +62,10 @@ fn opens<T: Send + 'static>(
     (opened, out)
 }
 
-fn refused_unopened<T: std::fmt::Debug>(r: std::io::Result<T>, start: Instant) {
+fn refused_unopened<T: std::fmt::Debug>(r: std::io::Result<T>) {
     let e = r.unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
     assert!(e.to_string().contains("a FIFO, not a regular file"), "{e}");
-    assert!(start.elapsed() < Duration::from_secs(5));
 }
 
 #[test]
@@ -74,12 +73,11 @@ fn read_file_refuses_a_fifo_without_opening_it() {
     let d = scratch("fifo-read");
     mkfifo(&d.join("postgresql.auto.conf"));
     let dir = Dir::open_root(&d).unwrap();
-    let start = Instant::now();
     let (opened, r) = opens(&d.join("postgresql.auto.conf"), true, move || {
         dir.read_file(b"postgresql.auto.conf", 1 << 20)
     });
     assert!(!opened, "read_file opened the FIFO");
-    refused_unopened(r, start);
+    refused_unopened(r);
     std::fs::remove_dir_all(d).unwrap();
 }
 
@@ -88,11 +86,10 @@ fn open_regular_refuses_a_fifo_without_opening_it() {
     let d = scratch("fifo-regular");
     let p = d.join("000000010000000000000001");
     mkfifo(&p);
-    let start = Instant::now();
     let q = p.clone();
     let (opened, r) = opens(&p, true, move || ferry_fs::open_regular(&q).map(|_| ()));
     assert!(!opened, "open_regular opened the FIFO");
-    refused_unopened(r, start);
+    refused_unopened(r);
     std::fs::remove_dir_all(d).unwrap();
 }
 

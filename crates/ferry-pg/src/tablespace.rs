@@ -50,10 +50,7 @@ pub(crate) fn places(
         let plain = dest
             .components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
-        let one_line = dest
-            .to_str()
-            .is_some_and(|d| !d.contains(['\n', '\r', '\\']));
-        if !dest.is_absolute() || !plain || !one_line {
+        if !dest.is_absolute() || !plain || map_line(&dest).is_none() {
             return Err(Error::Invalid(format!(
                 "tablespace {}: {shown:?} is not a plain absolute path (give --tablespace-map \
                  {}=DIR)",
@@ -214,13 +211,18 @@ pub(crate) fn check_opened(
     }
 }
 
+/// `dest` as it can stand in a line of `tablespace_map`: UTF-8, with no line break (the
+/// line's end to PostgreSQL) and no backslash (an escape to it).
+fn map_line(dest: &Path) -> Option<&str> {
+    dest.to_str().filter(|d| !d.contains(['\n', '\r', '\\']))
+}
+
 /// `tablespace_map`: "OID PATH" per line, which PostgreSQL turns into pg_tblspc links when
 /// it starts; made only from places [`places`] checked (UTF-8, no line break, no backslash).
 pub(crate) fn map_file(spaces: &[(Tablespace, PathBuf)]) -> Result<String> {
     let mut map = String::new();
     for (t, dest) in spaces {
-        let line = dest.to_str().filter(|d| !d.contains(['\n', '\r', '\\']));
-        let Some(d) = line else {
+        let Some(d) = map_line(dest) else {
             return Err(Error::Invalid(format!(
                 "tablespace {}: {dest:?} cannot be a line of tablespace_map",
                 t.oid

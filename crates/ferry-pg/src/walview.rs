@@ -191,7 +191,6 @@ impl WalView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
 
     const SEG: u64 = 16 << 20;
 
@@ -207,7 +206,6 @@ mod tests {
 
     #[test]
     fn huge_spans_are_listed_only_as_far_as_the_bound() {
-        let start = Instant::now();
         let v = view(&[0, 1, 2, 4]);
         // 2^22 segments, all but four missing: the first ones, no more.
         let m = v.missing(1, 0, 1 << 22);
@@ -227,11 +225,6 @@ mod tests {
             .map(|n| n.segno(SEG))
             .collect();
         assert_eq!(path, [1, 2, far]);
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            start.elapsed()
-        );
     }
 
     #[test]

@@ -83,21 +83,12 @@ fn hidden_with_repo(repo: Option<&str>) -> Vec<&'static str> {
 }
 
 /// Which cloud a [`CloudStore`] talks to, with what that cloud needs beyond `object_store`.
+/// Each writer's own `Debug` shows where it writes, never its credentials.
+#[derive(Debug)]
 enum Flavor {
     S3(config::S3Extra),
     Azure(azure::AzureWriter),
     Gcs(gcs::GcsWriter),
-}
-
-/// Each writer's own `Debug` shows where it writes, never its credentials.
-impl std::fmt::Debug for Flavor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Flavor::S3(x) => f.debug_tuple("S3").field(x).finish(),
-            Flavor::Azure(w) => f.debug_tuple("Azure").field(w).finish(),
-            Flavor::Gcs(w) => f.debug_tuple("Gcs").field(w).finish(),
-        }
-    }
 }
 
 /// A bucket (S3) or container (Azure) as a [`Store`]. Its `Debug` leaves out the

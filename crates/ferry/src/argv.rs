@@ -25,7 +25,7 @@ pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
         }
         // An Azure URL with a SAS token in its query: the token is the credential.
         if has_sas(a) {
-            let shown = a.split('?').next().unwrap_or_default();
+            let shown = ferry_store::Location::shown(a);
             return Some(format!(
                 "'{shown}?...' carries a SAS token, readable by every local user on the command \
                  line: set AZURE_STORAGE_SAS_TOKEN (and give the URL without its query), or put \

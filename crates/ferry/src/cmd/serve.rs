@@ -35,7 +35,7 @@ pub async fn run(a: &ServeArgs, ctx: &mut Ctx) -> Result<()> {
     let served = ferry_serve::run(&cfg, backend, &base, |addr| {
         // The one line a supervisor or a test waits for.
         // (A backend URL may carry a SAS token: its query is not printed.)
-        let backend = cfg.backend.split('?').next().unwrap_or_default();
+        let backend = ferry_store::Location::shown(&cfg.backend);
         eprintln!("ferry serve: listening on https://{addr} (backend {backend})");
     });
     tokio::select! {
