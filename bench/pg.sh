@@ -33,7 +33,9 @@ NS=${NS:-ferrypg}   # its own namespace and scratch dir: other benches (lib.sh's
 . bench/lib.sh
 [ "$(id -u)" = 0 ] || { echo "pg.sh: needs root (netns, tc, runs PostgreSQL as postgres)" >&2; exit 1; }
 [ -x "$FERRY" ] || { echo "pg.sh: $FERRY missing: cargo build --release -p ferry, or set FERRY=" >&2; exit 1; }
-command -v pgbackrest >/dev/null || { echo "pg.sh: pgbackrest missing (scripts/install-tools pgbackrest)" >&2; exit 1; }
+# The peer, installed on a fresh machine now (as cp.sh installs rclone).
+command -v pgbackrest >/dev/null || scripts/install-tools pgbackrest >&2
+command -v pgbackrest >/dev/null || { echo "pg.sh: pgbackrest missing (scripts/install-tools pgbackrest failed)" >&2; exit 1; }
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 [ -x "$PGBIN/postgres" ] || { echo "pg.sh: no PostgreSQL 15 in $PGBIN (scripts/install-tools postgres)" >&2; exit 1; }
 
