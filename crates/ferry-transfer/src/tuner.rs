@@ -48,7 +48,10 @@
 //! blocks within [`BLOCK_TIME`], else as many as it carries so. On a slow uplink a handful
 //! fill the link at once, and requests already sent cannot be called back: 20 blocks on the
 //! wire at 0.2 MB/s each starved some TCP flows until the kernel cut them (the slow
-//! profile's retries).
+//! profile's retries). A start past the first requests that their rate did not call for (no
+//! climb seen, only room within [`BLOCK_TIME`]) is an upward probe, judged against what they
+//! carried and taken back when it does not pay: on a link that 8 requests fill, 23 only sit in
+//! zero windows, where the kernel times some out (asym's downloads, 1-5 requests a run).
 
 use std::time::{Duration, Instant};
 
@@ -420,9 +423,13 @@ impl Tuner {
     fn ramp_tick(&mut self, r: Reading, now: Instant) -> bool {
         let ramp = self.ramp.as_mut().expect("ramping");
         let to = ramp.to;
+        // The limit decided on, and what the first requests carried when they were not seen
+        // climbing: a jump past them is then a probe like any other, taken back when it does
+        // not pay (asym's downloads: 8 requests filled 60 MB/s, the start put 23 on it, and
+        // in the zero windows of that many the kernel timed out 1-5 connections a run).
         let decided = if r.wire == 0 && r.done > 0 {
             // The store reports no flow: nothing to judge the start by.
-            Some(to)
+            Some((to, None))
         } else if r.in_flight == 0 {
             // Idle: what moved before says nothing of the next burst.
             ramp.seen.clear();
@@ -435,7 +442,7 @@ impl Tuner {
             // block-time rule act: after a while the start ends where it is.
             ramp.seen.clear();
             ramp.loose += 1;
-            (ramp.loose >= RAMP_LOOSE).then_some(self.limit)
+            (ramp.loose >= RAMP_LOOSE).then_some((self.limit, None))
         } else {
             ramp.seen.push((now, r.wire));
             let w = &ramp.seen;
@@ -463,7 +470,7 @@ impl Tuner {
                     .fold(f64::INFINITY, f64::min)
             };
             if n > RAMP_SPAN && fit(steady(n - 1 - RAMP_SPAN)) >= to {
-                Some(to)
+                Some((to, Some(rate(n - 1 - RAMP_SPAN, n - 1))))
             } else if n > 2 * RAMP_SPAN {
                 let first = n - 1 - 2 * RAMP_SPAN;
                 let before = span(first, n - 1 - RAMP_SPAN);
@@ -484,15 +491,16 @@ impl Tuner {
                 let climbing = before > 0.0
                     && rising
                     && ((still && rise >= RAMP_RISE) || (begun && rise >= STEP_RISE));
+                let carried = rate(n - 1 - RAMP_SPAN, n - 1);
                 Some(match climbing {
-                    true => to,
-                    false => fit(rate(n - 1 - RAMP_SPAN, n - 1)),
+                    true => (to, None),
+                    false => (fit(carried), Some(carried)),
                 })
             } else {
                 None
             }
         };
-        let Some(limit) = decided else {
+        let Some((limit, carried)) = decided else {
             self.wire_at = r.wire;
             self.done_at = r.done;
             return false;
@@ -508,6 +516,10 @@ impl Tuner {
         self.settling = false;
         self.starved = false;
         self.set(limit);
+        if let Some(rate) = carried.filter(|_| self.limit > from) {
+            self.base = Some((rate, from));
+            self.open(Probe::Up);
+        }
         tracing::debug!(from, to = self.limit, ?ticks, "tuner start");
         self.window_start = now;
         self.wire_at = r.wire;
@@ -1152,6 +1164,24 @@ mod tests {
             let seen = start(&mut t, slow_start(rtt, per, 100e6), 1 << 20);
             assert_eq!(seen[5], 24, "rtt {rtt}: limits {seen:?}");
         }
+    }
+
+    #[test]
+    fn a_full_start_that_carries_no_more_is_taken_back() {
+        // asym's downloads: 8 requests fill 60 MB/s at once (50 MB/s a connection). The start
+        // went to 24, 24 carried no more, and in that many connections' zero windows the
+        // kernel timed out 1-5 of them a run. On wan (8 MB/s a connection) 24 carry more,
+        // and stay.
+        let run = |per: f64, cap: f64| {
+            let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
+            let started = start(&mut t, slow_start(0.0001, per, cap), 1 << 20);
+            assert_eq!(started.last(), Some(&24), "the start stayed: {started:?}");
+            simulate(&mut t, capped(per, cap), 4)
+        };
+        let asym = run(50e6, 60e6);
+        assert!(asym[2..].iter().all(|&l| l <= RAMP_FROM), "asym: {asym:?}");
+        let wan = run(8e6, 100e6);
+        assert!(wan.iter().all(|&l| l >= 13), "wan: {wan:?}");
     }
 
     #[test]
