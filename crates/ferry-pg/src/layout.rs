@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use ferry_repo::policy::{Chunking, Pick, Policy};
-use ferry_repo::tree::Node;
+use ferry_repo::tree::{Node, NodeKind};
 
 use crate::checksum;
 
@@ -191,8 +191,17 @@ impl PgLayout {
 }
 
 impl Policy for PgLayout {
-    fn pick(&self, path: &Path, _node: &Node) -> Pick {
+    fn pick(&self, path: &Path, node: &Node) -> Pick {
         if !self.takes(path) {
+            return Pick::Skip;
+        }
+        // PostgreSQL makes none of these in a data directory, and `pg restore` would leave
+        // them out or refuse them: skipped with a warning, as pg_basebackup does.
+        if matches!(
+            node.kind,
+            NodeKind::Fifo | NodeKind::Socket | NodeKind::Chardev | NodeKind::Blockdev
+        ) {
+            tracing::warn!("{}: a special file; skipped", path.display());
             return Pick::Skip;
         }
         // pg_tblspc/OID links to a tablespace: its files are backed up there, as pg_basebackup
@@ -252,6 +261,46 @@ impl Policy for PgLayout {
 mod tests {
     use super::*;
 
+    /// A listing's node of `kind`.
+    fn node(kind: NodeKind) -> Node {
+        Node {
+            name: String::new(),
+            name_hex: false,
+            kind,
+            mode: 0o777,
+            uid: 0,
+            gid: 0,
+            mtime: 0,
+            ctime: 0,
+            inode: 0,
+            dev: 0,
+            nlink: 1,
+            size: 0,
+            content: Vec::new(),
+            subtree: None,
+            target: None,
+            rdev: None,
+            xattrs: Vec::new(),
+        }
+    }
+
+    /// FIFOs, sockets and devices anywhere are skipped, as pg_basebackup skips them: `pg
+    /// restore` would leave them out or refuse the backup.
+    #[test]
+    fn special_files_are_skipped() {
+        let l = PgLayout::new(Path::new("/data"), BLOCK);
+        let at = Path::new("/data/base/1/x");
+        for kind in [
+            NodeKind::Fifo,
+            NodeKind::Socket,
+            NodeKind::Chardev,
+            NodeKind::Blockdev,
+        ] {
+            assert_eq!(l.pick(at, &node(kind)), Pick::Skip, "{kind:?}");
+        }
+        assert_eq!(l.pick(at, &node(NodeKind::File)), Pick::Take);
+    }
+
     /// pg_tblspc's links are followed only to the data directory owner's directories, and
     /// only under an OID's name: a link the cluster's owner points at /root is stored as a
     /// link. (The other owner is made only as root, where backups of others' files run.)
@@ -271,25 +320,7 @@ mod tests {
         }
         let l = PgLayout::new(&data, BLOCK);
         // (pick reads the link itself; the node it is handed is the listing's.)
-        let link = Node {
-            name: String::new(),
-            name_hex: false,
-            kind: ferry_repo::tree::NodeKind::Symlink,
-            mode: 0o777,
-            uid: 0,
-            gid: 0,
-            mtime: 0,
-            ctime: 0,
-            inode: 0,
-            dev: 0,
-            nlink: 1,
-            size: 0,
-            content: Vec::new(),
-            subtree: None,
-            target: None,
-            rdev: None,
-            xattrs: Vec::new(),
-        };
+        let link = node(NodeKind::Symlink);
         let pick = |n: &str| l.pick(&data.join("pg_tblspc").join(n), &link);
         assert_eq!(pick("16400"), Pick::Follow);
         assert_eq!(pick("x"), Pick::Take);

@@ -12,13 +12,24 @@ use crate::{Error, Result};
 /// One profile's settings, keys lower-cased.
 pub(super) type Profile = BTreeMap<String, String>;
 
-/// Both files, read once.
-#[derive(Debug, Default)]
+/// Both files, read once. Its `Debug` names the files and profiles, never a value: the
+/// credentials file holds secret keys.
+#[derive(Default)]
 pub(super) struct Profiles {
     config: BTreeMap<String, Profile>,
     credentials: BTreeMap<String, Profile>,
     /// The files read, for messages.
     pub read: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for Profiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Profiles")
+            .field("config", &self.config.keys().collect::<Vec<_>>())
+            .field("credentials", &self.credentials.keys().collect::<Vec<_>>())
+            .field("read", &self.read)
+            .finish()
+    }
 }
 
 fn home_file(var: &str, rel: &str) -> Option<PathBuf> {
@@ -146,5 +157,8 @@ mod tests {
         assert_eq!(dev["role_arn"], "arn:x");
         assert_eq!(dev["aws_access_key_id"], "AKIA");
         assert!(p.get("nobody").is_none());
+        let shown = format!("{p:?}");
+        assert!(shown.contains("dev"), "{shown}");
+        assert!(!shown.contains("a#b") && !shown.contains("AKIA"), "{shown}");
     }
 }

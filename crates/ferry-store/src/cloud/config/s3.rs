@@ -110,11 +110,21 @@ impl S3Config {
             .clone()
             .unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
         let endpoint = endpoint.trim_end_matches('/');
+        // The endpoint comes from the command line, the environment or a settings file, and
+        // messages repeat it: one with a password or a query in it is refused wherever it
+        // came from, and repeated as `Location::shown` cuts it.
+        let shown = crate::Location::shown(endpoint);
+        let mut u = url::Url::parse(endpoint)
+            .map_err(|e| Error::Invalid(format!("S3 endpoint '{shown}': {e}")))?;
+        if !u.username().is_empty() || u.password().is_some() || u.query().is_some() {
+            return Err(Error::Invalid(format!(
+                "S3 endpoint '{shown}': an endpoint takes no user name, password or query; S3 \
+                 keys go in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile"
+            )));
+        }
         if !virtual_hosted {
             return Ok(format!("{endpoint}/{bucket}"));
         }
-        let mut u = url::Url::parse(endpoint)
-            .map_err(|e| Error::Invalid(format!("S3 endpoint '{endpoint}': {e}")))?;
         let host = u.host_str().unwrap_or_default().to_string();
         u.set_host(Some(&format!("{bucket}.{host}")))
             .map_err(|e| Error::Invalid(format!("bucket '{bucket}' in a host name: {e}")))?;
@@ -535,5 +545,27 @@ mod tests {
             ..S3Config::default()
         };
         assert!(own.bucket_url("b", "zone_group.1").is_ok());
+    }
+
+    /// An endpoint from the environment or a settings file is held to the command line's
+    /// rule: no user info, no query, and the refusal repeats neither.
+    #[test]
+    fn an_endpoint_with_a_secret_in_it_is_refused_unrepeated() {
+        for endpoint in [
+            "https://key:hunter2@s3.example:9000",
+            "http://hunter2@127.0.0.1:9000",
+            "https://s3.example/?X-Amz-Signature=hunter2",
+        ] {
+            for virtual_hosted in [Some(true), Some(false)] {
+                let c = S3Config {
+                    endpoint: Some(endpoint.into()),
+                    virtual_hosted,
+                    ..S3Config::default()
+                };
+                let e = c.bucket_url("b", "us-east-1").unwrap_err().to_string();
+                assert!(!e.contains("hunter2"), "{endpoint}: {e}");
+                assert!(e.contains("no user name, password or query"), "{e}");
+            }
+        }
     }
 }
