@@ -13,7 +13,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use common::{memory_repo, pg_backup, seg, segment, Scratch};
+use common::{forged_backup, memory_repo, pg_backup, seg, segment, Scratch};
 use ferry_pg::layout::BLOCK;
 use ferry_pg::record::Tablespace;
 use ferry_pg::restore::{restore, RestoreOptions};
@@ -131,7 +131,7 @@ async fn special_files_and_bits_are_never_restored() {
     std::fs::write(&suid, b"#!/bin/sh\nid\n").unwrap();
     std::fs::set_permissions(&suid, PermissionsExt::from_mode(0o4755)).unwrap();
     mkfifo(&pgdata.join("global/pipe"));
-    let forged = pg_backup(&repo, &pgdata, &rec).await;
+    let forged = forged_backup(&repo, &pgdata, &rec).await;
     let to = scratch.0.join("forged");
     let e = refused(&repo, &options(&to, forged)).await;
     assert!(e.to_string().contains("16390"), "{e:?}");
@@ -142,7 +142,7 @@ async fn special_files_and_bits_are_never_restored() {
     let inherited = pgdata.join("base/6");
     std::fs::create_dir(&inherited).unwrap();
     std::fs::set_permissions(&inherited, PermissionsExt::from_mode(0o2700)).unwrap();
-    let id = pg_backup(&repo, &pgdata, &rec).await;
+    let id = forged_backup(&repo, &pgdata, &rec).await;
     let to = scratch.0.join("fifo");
     restore(repo.clone(), &options(&to, id), Arc::new(Quiet))
         .await
@@ -158,7 +158,7 @@ async fn special_files_and_bits_are_never_restored() {
         // SAFETY: dev is NUL-terminated; 1:3 is /dev/null's device.
         let rc = unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
         assert_eq!(rc, 0);
-        let id = pg_backup(&repo, &pgdata, &rec).await;
+        let id = forged_backup(&repo, &pgdata, &rec).await;
         let to = scratch.0.join("device");
         let e = refused(&repo, &options(&to, id)).await;
         assert!(e.to_string().contains("a device"), "{e:?}");

@@ -13,6 +13,8 @@ use ferry_pg::layout::{PgLayout, BLOCK};
 use ferry_pg::record::TAG;
 use ferry_pg::{Lsn, PgBackup};
 use ferry_repo::archiver::{Archiver, Quiet};
+use ferry_repo::policy::{Chunking, Pick, Policy};
+use ferry_repo::tree::{Node, NodeKind};
 use ferry_repo::{Id, Repo};
 use ferry_store::memory::MemoryStore;
 use ferry_store::Store;
@@ -102,11 +104,41 @@ pub fn record(dir: &Path, start: u64, stop: u64, stop_time: i64) -> PgBackup {
 /// A base backup of `dir` recording `rec`, made as `pg backup` makes it once PostgreSQL has
 /// said where it starts (the record is the password holder's to write).
 pub async fn pg_backup(repo: &Arc<Repo>, dir: &Path, rec: &PgBackup) -> Id {
+    backup_with(repo, dir, rec, Arc::new(PgLayout::new(dir, BLOCK))).await
+}
+
+/// A backup of `dir` as a forger with write access to the repository makes it: `pg backup`'s
+/// layout, but special files taken, which `pg backup` itself skips.
+pub async fn forged_backup(repo: &Arc<Repo>, dir: &Path, rec: &PgBackup) -> Id {
+    backup_with(repo, dir, rec, Arc::new(Forger(PgLayout::new(dir, BLOCK)))).await
+}
+
+/// `pg backup`'s layout, taking whatever it would skip as a special file.
+struct Forger(PgLayout);
+
+impl Policy for Forger {
+    fn pick(&self, path: &Path, node: &Node) -> Pick {
+        match node.kind {
+            NodeKind::File | NodeKind::Dir | NodeKind::Symlink => self.0.pick(path, node),
+            _ => Pick::Take,
+        }
+    }
+    fn chunking(&self, path: &Path) -> Chunking {
+        self.0.chunking(path)
+    }
+    fn last(&self, path: &Path) -> bool {
+        self.0.last(path)
+    }
+    fn vanished_is_error(&self) -> bool {
+        self.0.vanished_is_error()
+    }
+}
+
+async fn backup_with(repo: &Arc<Repo>, dir: &Path, rec: &PgBackup, policy: Arc<dyn Policy>) -> Id {
     let (index, trees) = ferry_repo::backup::starting_point(repo, false)
         .await
         .unwrap();
-    let layout = Arc::new(PgLayout::new(dir, BLOCK));
-    let arch = Archiver::with_policy(repo.clone(), index, trees, Arc::new(Quiet), layout);
+    let arch = Archiver::with_policy(repo.clone(), index, trees, Arc::new(Quiet), policy);
     let root = arch.save_root(dir, None).await.unwrap();
     assert!(arch.errors().is_empty(), "{:?}", arch.errors());
     arch.commit(
