@@ -509,7 +509,10 @@ impl std::fmt::Debug for S3Extra {
 impl std::fmt::Debug for S3Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("S3Config")
-            .field("endpoint", &self.endpoint)
+            .field(
+                "endpoint",
+                &self.endpoint.as_deref().map(crate::Location::shown),
+            )
             .field("region", &self.region)
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &hidden(&self.secret_access_key))
@@ -565,6 +568,8 @@ mod tests {
                 let e = c.bucket_url("b", "us-east-1").unwrap_err().to_string();
                 assert!(!e.contains("hunter2"), "{endpoint}: {e}");
                 assert!(e.contains("no user name, password or query"), "{e}");
+                // Printed before it is refused (a debug log of the settings), it shows none.
+                assert!(!format!("{c:?}").contains("hunter2"), "{c:?}");
             }
         }
     }
