@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ferry_repo::archiver::BackupProgress;
+use ferry_repo::index::Index;
+use ferry_repo::lock::Lock;
 use ferry_repo::restorer::{Overwrite, Select};
 use ferry_repo::tree::NodeKind;
 use ferry_repo::{Id, Repo, Snapshot};
@@ -183,6 +185,20 @@ pub async fn restore(
     if opts.delta {
         delta_target(&opts.to)?;
     }
+    // One lock and one index from the first tree read to the last file: no prune runs
+    // between the data directory and its tablespaces, and the index is read once.
+    let (lock, (index, _)) = Lock::acquire_then(repo.clone(), false, repo.index()).await?;
+    let r = restore_locked(repo, Arc::new(index), opts, progress).await;
+    let released = lock.release().await;
+    let r = r?;
+    released?;
+    Ok(r)
+}
+
+/// [`restore`], with the repository's lock held and its index read under it.
+async fn restore_locked(
+    repo: Arc<Repo>, index: Arc<Index>, opts: &RestoreOptions, progress: Arc<dyn BackupProgress>,
+) -> Result<Restored> {
     // One descriptor of the data directory from here to the end: whoever can write the
     // directory above it (the cluster's owner, often) may swap the path for a link meanwhile,
     // and every write, the mode and owner set last, and the clean-up after a failure go
@@ -197,19 +213,12 @@ pub async fn restore(
         )));
     }
     let found = root.stat().map_err(|e| Error::io(&shown, e))?.st_mode & 0o7777;
-    // What a failed restore leaves: the directory as it was found, empty (its mode put back),
-    // and gone if this restore made it (a path removed only while it still names the
-    // directory made).
-    let undo = |opened: &[ferry_fs::Dir]| {
-        let _ = root.empty();
-        if root.stat().is_ok_and(|st| st.st_mode & 0o7777 != found) {
-            let _ = root.set_mode(found, None);
-        }
-        if made && same_dir(&root, &opts.to) {
-            let _ = std::fs::remove_dir(&opts.to);
-        }
-        for dir in opened {
-            let _ = dir.empty();
+    // What a failed restore leaves: the data directory and each tablespace's as they were
+    // found, empty (their modes put back), and gone where this restore made them.
+    let undo = |opened: &[Opened]| {
+        Opened::undo(&root, found, made.then_some(opts.to.as_path()));
+        for o in opened {
+            Opened::undo(&o.dir, o.found, o.made.as_deref());
         }
     };
     let chosen = async {
@@ -217,7 +226,7 @@ pub async fn restore(
             crate::choose::choose(&repo, &opts.target, opts.backup.as_deref()).await?;
         owned(&root, made, &b, &opts.to)?;
         private(&root, &opts.to)?;
-        no_special(&repo, &snap).await?;
+        no_special(&repo, &index, &snap).await?;
         let spaces = tablespace::places(&b, &opts.to, &opts.tablespace_map, opts.delta)?;
         let warnings = check_wal(&repo, &b, &opts.target).await?;
         Ok::<_, Error>((id, snap, b, spaces, warnings))
@@ -232,7 +241,7 @@ pub async fn restore(
             return Err(e);
         }
     };
-    let mut opened: Vec<ferry_fs::Dir> = Vec::new();
+    let mut opened: Vec<Opened> = Vec::new();
     let done = async {
         let mut how = ferry_repo::restorer::Options {
             overwrite: if opts.delta {
@@ -244,6 +253,9 @@ pub async fn restore(
             // Left out, should [`no_special`] have let one through: FIFOs, devices, setuid
             // and setgid bits, file capabilities.
             special: false,
+            // The cluster owner's, whoever the snapshot names: PostgreSQL's files are all
+            // its, and another user of the host must not get one (pg_hba.conf, say).
+            owner: Some(b.owner),
             ..Default::default()
         };
         if !spaces.is_empty() {
@@ -256,6 +268,7 @@ pub async fn restore(
             .map_err(|e| Error::io(opts.to.display(), e))?;
         let mut r = ferry_repo::restorer::restore_into(
             repo.clone(),
+            index.clone(),
             &snap,
             into,
             &opts.to,
@@ -264,7 +277,7 @@ pub async fn restore(
         )
         .await?;
         for (t, dest) in &spaces {
-            let tree = tablespace::tree(&repo, &snap, t.oid).await?;
+            let tree = tablespace::tree(&repo, &index, &snap, t.oid).await?;
             let sub = Snapshot {
                 tree,
                 ..snap.clone()
@@ -274,17 +287,23 @@ pub async fn restore(
             let (dir, made) = tablespace::open_place(t, dest, &b, mapped)?;
             // What was checked by path holds for what was opened.
             tablespace::check_opened(&dir, t, dest, opts.delta, &b, mapped || made)?;
+            opened.push(Opened {
+                dir: dir.try_clone().map_err(io)?,
+                found: dir.stat().map_err(io)?.st_mode & 0o7777,
+                made: made.then(|| dest.clone()),
+            });
             private(&dir, dest)?;
-            opened.push(dir.try_clone().map_err(io)?);
             let one = ferry_repo::restorer::Options {
                 overwrite: how.overwrite,
                 delete: how.delete,
                 special: false,
+                owner: how.owner,
                 ..Default::default()
             };
             let into = dir.try_clone().map_err(io)?;
             let got = ferry_repo::restorer::restore_into(
                 repo.clone(),
+                index.clone(),
                 &sub,
                 into,
                 dest,
@@ -330,6 +349,29 @@ pub async fn restore(
     }
 }
 
+/// A directory a restore writes into, as it was found: what a failed restore puts back.
+struct Opened {
+    dir: ferry_fs::Dir,
+    /// Its mode when opened, before [`private`].
+    found: u32,
+    /// Its path, when this restore made it.
+    made: Option<PathBuf>,
+}
+
+impl Opened {
+    /// Empties `dir`, puts its mode back, and removes it where it was `made` (a path
+    /// removed only while it still names the directory made).
+    fn undo(dir: &ferry_fs::Dir, found: u32, made: Option<&Path>) {
+        let _ = dir.empty();
+        if dir.stat().is_ok_and(|st| st.st_mode & 0o7777 != found) {
+            let _ = dir.set_mode(found, None);
+        }
+        if let Some(path) = made.filter(|p| same_dir(dir, p)) {
+            let _ = std::fs::remove_dir(path);
+        }
+    }
+}
+
 /// A data directory that was there already must be the cluster owner's (or this user's,
 /// restoring as that owner): an empty directory of root's that the path was made to name
 /// (a link planted by whoever writes the directory above) would otherwise be filled and
@@ -361,10 +403,8 @@ fn private(dir: &ferry_fs::Dir, path: &Path) -> Result<()> {
 /// root's setuid programs or device nodes in the cluster owner's hands. Checked before
 /// anything is written. FIFOs and sockets (PostgreSQL's own, with `unix_socket_directories`
 /// in the data directory) are left out with a warning, as pgBackRest leaves them out.
-async fn no_special(repo: &Repo, snap: &Snapshot) -> Result<()> {
+async fn no_special(repo: &Repo, index: &Index, snap: &Snapshot) -> Result<()> {
     use futures::StreamExt;
-    let (index, _) = repo.index().await?;
-    let index = &index;
     // Each tree once: a forged snapshot may name one subtree from everywhere.
     let mut seen = std::collections::HashSet::from([snap.tree]);
     let mut level = vec![(PathBuf::from("/"), snap.tree)];

@@ -3,6 +3,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use ferry_repo::index::Index;
 use ferry_repo::{Id, Repo, Snapshot};
 use ferry_transfer::{Error, Result};
 
@@ -244,8 +245,7 @@ fn is_tablespace(dir: &Path) -> bool {
 }
 
 /// The tree of tablespace `oid` in `snap`: `pg_tblspc/OID`.
-pub(crate) async fn tree(repo: &Repo, snap: &Snapshot, oid: u32) -> Result<Id> {
-    let (index, _) = repo.index().await?;
+pub(crate) async fn tree(repo: &Repo, index: &Index, snap: &Snapshot, oid: u32) -> Result<Id> {
     let sub = |tree: ferry_repo::tree::Tree, name: &str| {
         tree.nodes
             .into_iter()
@@ -257,7 +257,7 @@ pub(crate) async fn tree(repo: &Repo, snap: &Snapshot, oid: u32) -> Result<Id> {
                 ))
             })
     };
-    let root = ferry_repo::load_tree(repo, &index, &snap.tree).await?;
-    let links = ferry_repo::load_tree(repo, &index, &sub(root, "pg_tblspc")?).await?;
+    let root = ferry_repo::load_tree(repo, index, &snap.tree).await?;
+    let links = ferry_repo::load_tree(repo, index, &sub(root, "pg_tblspc")?).await?;
     sub(links, &oid.to_string())
 }

@@ -34,10 +34,15 @@ fn root() -> bool {
 
 /// A repository whose archive holds the segment every backup here needs.
 async fn new_repo() -> Arc<Repo> {
-    let (_, repo) = memory_repo().await;
+    new_repo_and_store().await.1
+}
+
+/// [`new_repo`], and the store under it.
+async fn new_repo_and_store() -> (Arc<ferry_store::memory::MemoryStore>, Arc<Repo>) {
+    let (store, repo) = memory_repo().await;
     let n = seg(1, WAL);
     walview::archive(&repo).push(&n, segment(&n)).await.unwrap();
-    repo
+    (store, repo)
 }
 
 /// A small data directory, with tablespace 16400's files under `pg_tblspc`.
@@ -296,4 +301,106 @@ async fn tablespace_map_holds_only_checked_places() {
         assert!(!to.exists(), "{i}: nothing is written");
         assert!(!place.exists(), "{i}: no place is made");
     }
+}
+
+/// A restore as root gives every entry of the data directory and of a tablespace to the
+/// cluster's owner, whoever the snapshot names: before, a forged snapshot's owners were
+/// restored as stored, and could hand `pg_hba.conf` (or a tablespace's files) to another
+/// user of the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_entry_is_the_cluster_owners_whoever_the_snapshot_names() {
+    if !root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "owners need a root restore"
+        );
+        return;
+    }
+    let scratch = Scratch::new("ferry-pg-hostile");
+    let repo = new_repo().await;
+    let pgdata = scratch.0.join("pgdata");
+    data_dir(&pgdata);
+    std::fs::write(pgdata.join("pg_hba.conf"), b"local all all peer\n").unwrap();
+    let cluster = (70, 70);
+    for (p, _) in survey(&pgdata) {
+        std::os::unix::fs::lchown(&p, Some(cluster.0), Some(cluster.1)).unwrap();
+    }
+    std::os::unix::fs::chown(&pgdata, Some(cluster.0), Some(cluster.1)).unwrap();
+    let theirs = [
+        ("pg_hba.conf", 4242),
+        ("base/5", 4243),
+        ("pg_tblspc/16400/PG_15_202209061/5/16385", 4244),
+    ];
+    for (p, uid) in theirs {
+        std::os::unix::fs::chown(pgdata.join(p), Some(uid), Some(uid)).unwrap();
+    }
+    let space = Tablespace {
+        oid: 16400,
+        location: "/nowhere/space".into(),
+    };
+    let rec = record(&pgdata, vec![space]);
+    assert_eq!(rec.owner, cluster);
+    let id = pg_backup(&repo, &pgdata, &rec).await;
+    let (to, ts) = (scratch.0.join("to"), scratch.0.join("ts"));
+    let opts = RestoreOptions {
+        tablespace_map: vec![(16400, ts.clone())],
+        ..options(&to, id)
+    };
+    restore(repo.clone(), &opts, Arc::new(Quiet)).await.unwrap();
+    assert!(to.join("pg_hba.conf").is_file());
+    assert!(ts.join("PG_15_202209061/5/16385").is_file());
+    let mut all = survey(&to);
+    all.extend(survey(&ts));
+    let others: Vec<_> = all
+        .iter()
+        .filter(|(_, m)| (m.uid(), m.gid()) != cluster)
+        .map(|(p, m)| (p.clone(), m.uid()))
+        .collect();
+    assert_eq!(others, Vec::<(PathBuf, u32)>::new());
+}
+
+/// A restore that fails after it opened the tablespaces leaves each as it found it: one that
+/// was there empty, at its old mode (before, at the 0700 the restore had made it), and one
+/// the restore made, gone (before, left empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_restore_puts_tablespace_places_back() {
+    let scratch = Scratch::new("ferry-pg-hostile");
+    let (store, repo) = new_repo_and_store().await;
+    let pgdata = scratch.0.join("pgdata");
+    data_dir(&pgdata);
+    let space = Tablespace {
+        oid: 16400,
+        location: "/nowhere/space".into(),
+    };
+    let id = pg_backup(&repo, &pgdata, &record(&pgdata, vec![space])).await;
+    // The tablespace's one relation block, damaged in its pack.
+    let block = std::fs::read(pgdata.join("pg_tblspc/16400/PG_15_202209061/5/16385")).unwrap();
+    let (index, _, _) = repo.load_index().await.unwrap();
+    let loc = index.get(&repo.key().blob_id(&block)).expect("indexed");
+    let pack = repo.pack_path(&index.pack(loc.pack));
+    assert!(store.tamper(&pack, |d| d[(loc.offset + loc.len / 2) as usize] ^= 1));
+
+    let (to, ts, new) = (
+        scratch.0.join("to"),
+        scratch.0.join("ts"),
+        scratch.0.join("new"),
+    );
+    std::fs::create_dir(&ts).unwrap();
+    std::fs::set_permissions(&ts, PermissionsExt::from_mode(0o750)).unwrap();
+    for place in [&ts, &new] {
+        let opts = RestoreOptions {
+            tablespace_map: vec![(16400, place.clone())],
+            ..options(&to, id)
+        };
+        let e = refused(&repo, &opts).await;
+        assert!(
+            matches!(&e, Error::Checksum(m) if m.contains("16385")),
+            "{e:?}"
+        );
+        assert!(!to.exists(), "the data directory made is removed again");
+    }
+    assert_eq!(std::fs::read_dir(&ts).unwrap().count(), 0);
+    let mode = std::fs::metadata(&ts).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o750, "its mode put back");
+    assert!(!new.exists(), "a place the restore made is removed again");
 }

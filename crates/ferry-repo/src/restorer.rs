@@ -96,6 +96,10 @@ pub struct Options {
     /// Remove what the target holds and the snapshot does not, in the directories restored
     /// whole (with include patterns or paths, only within what they select).
     pub delete: bool,
+    /// Every entry's owner and group, in place of the snapshot's (set only on a root
+    /// restore). `pg restore` gives a data directory's entries to the cluster's owner: a
+    /// forged snapshot cannot hand `pg_hba.conf` to another user of the host.
+    pub owner: Option<(u32, u32)>,
 }
 
 impl Default for Options {
@@ -106,6 +110,7 @@ impl Default for Options {
             select: Select::default(),
             overwrite: Overwrite::Always,
             delete: false,
+            owner: None,
         }
     }
 }
@@ -673,29 +678,24 @@ pub async fn restore(
     repo: Arc<Repo>, snap: &Snapshot, target: &Path, opts: &Options,
     progress: Arc<dyn crate::archiver::BackupProgress>,
 ) -> Result<Restored> {
-    restore_to(repo, snap, target, None, opts, progress).await
-}
-
-/// [`restore`] into `root`, the directory `target` names, opened by the caller: who holds
-/// the directory above may swap `target` for a link once it was opened, and a restore that
-/// opened it again by its path would follow that link.
-pub async fn restore_into(
-    repo: Arc<Repo>, snap: &Snapshot, root: Dir, target: &Path, opts: &Options,
-    progress: Arc<dyn crate::archiver::BackupProgress>,
-) -> Result<Restored> {
-    restore_to(repo, snap, target, Some(root), opts, progress).await
-}
-
-async fn restore_to(
-    repo: Arc<Repo>, snap: &Snapshot, target: &Path, root: Option<Dir>, opts: &Options,
-    progress: Arc<dyn crate::archiver::BackupProgress>,
-) -> Result<Restored> {
     // The index is read while the lock is checked: a prune that holds it fails this restore.
     let (lock, (index, _)) = Lock::acquire_then(repo.clone(), false, repo.index()).await?;
     let index = Arc::new(index);
-    let r = restore_locked(repo.clone(), index, snap, target, root, opts, progress).await;
+    let r = restore_locked(repo.clone(), index, snap, target, None, opts, progress).await;
     lock.release().await?;
     r
+}
+
+/// [`restore`] into `root`, the directory `target` names, opened by the caller (who holds
+/// the directory above may swap `target` for a link once it was opened, and a restore that
+/// opened it again by its path would follow that link), for a caller that holds the
+/// repository's lock and read `index` under it: `pg restore` restores a data directory and
+/// its tablespaces from one index, under one lock, so that no prune runs between them.
+pub async fn restore_into(
+    repo: Arc<Repo>, index: Arc<Index>, snap: &Snapshot, root: Dir, target: &Path, opts: &Options,
+    progress: Arc<dyn crate::archiver::BackupProgress>,
+) -> Result<Restored> {
+    restore_locked(repo, index, snap, target, Some(root), opts, progress).await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -722,6 +722,11 @@ async fn restore_locked(
     .await?;
     drop(trees);
     give_back_freed();
+    if let Some((uid, gid)) = opts.owner {
+        for it in &mut walked.items {
+            (it.node.uid, it.node.gid) = (uid, gid);
+        }
+    }
     if !include.is_empty() && walked.items.is_empty() {
         return Err(Error::NotFound(format!("{include:?}: not in the snapshot")));
     }
