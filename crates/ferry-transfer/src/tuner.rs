@@ -481,16 +481,22 @@ impl Tuner {
                 // to 24, and the kernel timed out 6 starved connections).
                 let rising = (first..n - 2).all(|i| span(i + 1, i + 2) >= span(i, i + 1) * 0.9);
                 // Answers that began late, then a flat full link (slow: 0, 64, 320, 320 KiB)
-                // are 10x span over span, and no climb. A climb still rises in its last tick,
-                // or had begun in every tick of its first span: TCP's slow start may deliver
-                // a step per round trip, two ticks each at 200 ms (a, a, 2a, 2a).
+                // are 10x span over span, and no climb. A climb had begun in every tick of its
+                // first span, and still rises in its last tick, or doubled span over span:
+                // TCP's slow start may deliver a step per round trip, two ticks each at 200 ms
+                // (a, a, 2a, 2a). A slow link's queue draining after the burst looks like a
+                // climb that slows (64, 64, 256, 320 KiB, and 64, 192, 256, 320: the start
+                // went to 24 and the kernel timed out 3-4 starved connections); a slow start
+                // that rises 1.6x a tick or less (round trips of 150 ms or more, where going
+                // on early pays most) carries a quarter of its fourth tick in its first.
                 let peak = (first..n - 1).map(|i| span(i, i + 1)).fold(0.0, f64::max);
                 let still = span(n - 2, n - 1) >= span(n - 3, n - 2) * STILL_RISING;
                 let begun = (first..n - 1 - RAMP_SPAN).all(|i| span(i, i + 1) >= peak * BEGUN);
                 let rise = span(n - 1 - RAMP_SPAN, n - 1) / before;
                 let climbing = before > 0.0
                     && rising
-                    && ((still && rise >= RAMP_RISE) || (begun && rise >= STEP_RISE));
+                    && begun
+                    && ((still && rise >= RAMP_RISE) || rise >= STEP_RISE);
                 let carried = rate(n - 1 - RAMP_SPAN, n - 1);
                 Some(match climbing {
                     true => (to, None),
@@ -1261,6 +1267,23 @@ mod tests {
         let t = started_on(&[0, 512, 0, 64, 320, 320, 320, 320, 320]);
         assert!(t.ramp.is_none(), "the start never decided");
         assert!(t.limit() <= RAMP_FROM, "limit {}", t.limit());
+    }
+
+    #[test]
+    fn a_queue_draining_after_the_burst_is_no_climb() {
+        // KiB per tick of uploads on the slow profile (4 MB/s), as logged at 969e726: the
+        // burst's queue drained for two ticks, then the link's 320 KiB. Each still rose in
+        // its last tick (1.25x, 5x) and 3-4.5x span over span: the start went to 24 and the
+        // kernel timed out 4 starved connections each time.
+        for kib in [
+            [0, 1024, 64, 64, 256, 320, 320, 320],
+            [0, 1024, 64, 192, 256, 320, 320, 320],
+            [0, 1024, 64, 64, 64, 320, 320, 320],
+        ] {
+            let t = started_on(&kib);
+            assert!(t.ramp.is_none(), "{kib:?}: the start never decided");
+            assert!(t.limit() <= RAMP_FROM, "{kib:?}: limit {}", t.limit());
+        }
     }
 
     #[test]

@@ -177,6 +177,7 @@ pub async fn restore(args: &RestoreArgs, ctx: &mut Ctx) -> Result<()> {
             OverwriteArg::Never => Overwrite::Never,
         },
         delete: args.delete,
+        owner: None,
     };
     let work =
         ferry_repo::restorer::restore(repo.clone(), &snap, &args.target, &opts, progress.clone());
