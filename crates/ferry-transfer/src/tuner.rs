@@ -119,6 +119,9 @@ const STEP_RISE: f64 = 1.8;
 /// A tick of the first span carries at least this share of the busiest tick when the
 /// answers had begun in it (slow: 0 and 64 KiB against 320 had not).
 const BEGUN: f64 = 0.25;
+/// A climb's tick-over-tick rises differ by at most this factor, as TCP's slow start's do
+/// (a queue draining after the burst: 1, 4, 1.25).
+const STEADY: f64 = 1.5;
 /// Requests in flight at the very start: not many more than a slow uplink takes, enough on
 /// a fast link to see it is one (wan: 8 carry 64 MB/s).
 pub(crate) const RAMP_FROM: usize = 8;
@@ -486,17 +489,25 @@ impl Tuner {
                 // TCP's slow start may deliver a step per round trip, two ticks each at 200 ms
                 // (a, a, 2a, 2a). A slow link's queue draining after the burst looks like a
                 // climb that slows (64, 64, 256, 320 KiB, and 64, 192, 256, 320: the start
-                // went to 24 and the kernel timed out 3-4 starved connections); a slow start
-                // that rises 1.6x a tick or less (round trips of 150 ms or more, where going
-                // on early pays most) carries a quarter of its fourth tick in its first.
+                // went to 24 and the kernel timed out 3-4 starved connections). A slow start
+                // grows by the same factor each tick: one that rises about 1.58x a tick or
+                // less (round trips over 150 ms) carries a quarter of its fourth tick in its
+                // first; a faster one (90-150 ms) rises steadily, tick over tick.
                 let peak = (first..n - 1).map(|i| span(i, i + 1)).fold(0.0, f64::max);
                 let still = span(n - 2, n - 1) >= span(n - 3, n - 2) * STILL_RISING;
                 let begun = (first..n - 1 - RAMP_SPAN).all(|i| span(i, i + 1) >= peak * BEGUN);
+                let ratios: Vec<f64> = (first..n - 2)
+                    .map(|i| span(i + 1, i + 2) / span(i, i + 1))
+                    .collect();
+                let (lo, hi) = ratios.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &r| {
+                    (lo.min(r), hi.max(r))
+                });
+                let steady = lo.is_finite() && lo > 0.0 && hi <= lo * STEADY;
                 let rise = span(n - 1 - RAMP_SPAN, n - 1) / before;
                 let climbing = before > 0.0
                     && rising
-                    && begun
-                    && ((still && rise >= RAMP_RISE) || rise >= STEP_RISE);
+                    && ((still && rise >= RAMP_RISE && (begun || steady))
+                        || (begun && rise >= STEP_RISE));
                 let carried = rate(n - 1 - RAMP_SPAN, n - 1);
                 Some(match climbing {
                     true => (to, None),
@@ -1160,11 +1171,20 @@ mod tests {
 
     #[test]
     fn the_start_goes_on_while_the_rate_climbs() {
-        // wan (80 ms, 8 MB/s a connection) and lfp (200 ms, 10 MB/s): the full start within
-        // half a second, before TCP has even filled the first requests' windows; and at once
+        // wan (80 ms, 8 MB/s a connection), lfp (200 ms, 10 MB/s) and the round trips between,
+        // whose slow starts rise too fast to have begun in the first span (a review found
+        // 100-150 ms held at 8-21): the full start within half a second, before TCP has even
+        // filled the first requests' windows; and at once
         // where every request has its full rate from the start (the bench's emulated links:
         // toxiproxy delays the bytes, not the client's TCP round trip).
-        for (rtt, per) in [(0.08, 8e6), (0.2, 10e6), (0.0001, 8e6)] {
+        for (rtt, per) in [
+            (0.08, 8e6),
+            (0.1, 10e6),
+            (0.12, 10e6),
+            (0.14, 10e6),
+            (0.2, 10e6),
+            (0.0001, 8e6),
+        ] {
             let mut t = Tuner::new(24, 128, false).ramped(RAMP_FROM);
             assert_eq!(t.limit(), RAMP_FROM);
             let seen = start(&mut t, slow_start(rtt, per, 100e6), 1 << 20);
