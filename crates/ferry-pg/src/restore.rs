@@ -189,10 +189,7 @@ pub async fn restore(
     // between the data directory and its tablespaces, and the index is read once.
     let (lock, (index, _)) = Lock::acquire_then(repo.clone(), false, repo.index()).await?;
     let r = restore_locked(repo, Arc::new(index), opts, progress).await;
-    let released = lock.release().await;
-    let r = r?;
-    released?;
-    Ok(r)
+    lock.release_after(r).await
 }
 
 /// [`restore`], with the repository's lock held and its index read under it.
@@ -212,13 +209,13 @@ async fn restore_locked(
              (--delta: into a data directory, rewriting what differs)"
         )));
     }
-    let found = root.stat().map_err(|e| Error::io(&shown, e))?.st_mode & 0o7777;
+    let found = Found::of(&root).map_err(|e| Error::io(&shown, e))?;
     // What a failed restore leaves: the data directory and each tablespace's as they were
-    // found, empty (their modes put back), and gone where this restore made them.
+    // found, empty (their modes and owners put back), and gone where this restore made them.
     let undo = |opened: &[Opened]| {
-        Opened::undo(&root, found, made.then_some(opts.to.as_path()));
+        found.undo(&root, made.then_some(opts.to.as_path()));
         for o in opened {
-            Opened::undo(&o.dir, o.found, o.made.as_deref());
+            o.found.undo(&o.dir, o.made.as_deref());
         }
     };
     let chosen = async {
@@ -289,7 +286,7 @@ async fn restore_locked(
             tablespace::check_opened(&dir, t, dest, opts.delta, &b, mapped || made)?;
             opened.push(Opened {
                 dir: dir.try_clone().map_err(io)?,
-                found: dir.stat().map_err(io)?.st_mode & 0o7777,
+                found: Found::of(&dir).map_err(io)?,
                 made: made.then(|| dest.clone()),
             });
             private(&dir, dest)?;
@@ -349,22 +346,40 @@ async fn restore_locked(
     }
 }
 
-/// A directory a restore writes into, as it was found: what a failed restore puts back.
+/// A tablespace directory a restore writes into, and what a failed restore puts back.
 struct Opened {
     dir: ferry_fs::Dir,
-    /// Its mode when opened, before [`private`].
-    found: u32,
+    found: Found,
     /// Its path, when this restore made it.
     made: Option<PathBuf>,
 }
 
-impl Opened {
-    /// Empties `dir`, puts its mode back, and removes it where it was `made` (a path
-    /// removed only while it still names the directory made).
-    fn undo(dir: &ferry_fs::Dir, found: u32, made: Option<&Path>) {
+/// A directory's mode and owner when a restore opened it, before [`private`] and the
+/// cluster owner's chown.
+#[derive(Clone, Copy)]
+struct Found {
+    mode: u32,
+    owner: (u32, u32),
+}
+
+impl Found {
+    fn of(dir: &ferry_fs::Dir) -> std::io::Result<Found> {
+        let st = dir.stat()?;
+        Ok(Found {
+            mode: st.st_mode & 0o7777,
+            owner: (st.st_uid, st.st_gid),
+        })
+    }
+
+    /// Empties `dir`, puts its mode and owner back (an operator's place of root's must not
+    /// stay the cluster owner's), and removes it where it was `made` (a path removed only
+    /// while it still names the directory made).
+    fn undo(self, dir: &ferry_fs::Dir, made: Option<&Path>) {
         let _ = dir.empty();
-        if dir.stat().is_ok_and(|st| st.st_mode & 0o7777 != found) {
-            let _ = dir.set_mode(found, None);
+        if let Ok(now) = Found::of(dir) {
+            if now.mode != self.mode || now.owner != self.owner {
+                let _ = dir.set_mode(self.mode, (now.owner != self.owner).then_some(self.owner));
+            }
         }
         if let Some(path) = made.filter(|p| same_dir(dir, p)) {
             let _ = std::fs::remove_dir(path);

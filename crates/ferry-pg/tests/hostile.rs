@@ -360,14 +360,22 @@ async fn every_entry_is_the_cluster_owners_whoever_the_snapshot_names() {
 }
 
 /// A restore that fails after it opened the tablespaces leaves each as it found it: one that
-/// was there empty, at its old mode (before, at the 0700 the restore had made it), and one
-/// the restore made, gone (before, left empty).
+/// was there empty, at its old mode and owner (before, at the 0700 the restore had made it,
+/// and on a root restore the cluster owner's), and one the restore made, gone (before, left
+/// empty).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_restore_puts_tablespace_places_back() {
     let scratch = Scratch::new("ferry-pg-hostile");
     let (store, repo) = new_repo_and_store().await;
     let pgdata = scratch.0.join("pgdata");
     data_dir(&pgdata);
+    if root() {
+        // The cluster's owner is not root, whose the operator's place is.
+        for (p, _) in survey(&pgdata) {
+            std::os::unix::fs::lchown(&p, Some(70), Some(70)).unwrap();
+        }
+        std::os::unix::fs::chown(&pgdata, Some(70), Some(70)).unwrap();
+    }
     let space = Tablespace {
         oid: 16400,
         location: "/nowhere/space".into(),
@@ -402,5 +410,8 @@ async fn a_failed_restore_puts_tablespace_places_back() {
     assert_eq!(std::fs::read_dir(&ts).unwrap().count(), 0);
     let mode = std::fs::metadata(&ts).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o750, "its mode put back");
+    let uid = std::fs::metadata(&ts).unwrap().uid();
+    // SAFETY: geteuid cannot fail.
+    assert_eq!(uid, unsafe { libc::geteuid() }, "its owner put back");
     assert!(!new.exists(), "a place the restore made is removed again");
 }

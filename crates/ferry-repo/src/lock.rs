@@ -208,8 +208,7 @@ pub async fn under<T>(
 ) -> Result<T> {
     let lock = Lock::acquire(repo.clone(), exclusive).await?;
     let res = work.await;
-    lock.release().await?;
-    res
+    lock.release_after(res).await
 }
 
 impl Lock {
@@ -269,6 +268,20 @@ impl Lock {
             },
             then,
         ))
+    }
+
+    /// Releases the lock after work that held it, returning what the work did: its error
+    /// when it failed (a failure to release is then logged, not put in its place), its
+    /// result when it succeeded, also when the lock file could not be removed (the work is
+    /// done; the file is stale once its holder no longer refreshes it, and is warned of).
+    pub async fn release_after<T>(self, res: Result<T>) -> Result<T> {
+        if let Err(e) = self.release().await {
+            tracing::warn!(
+                "could not remove this process's repository lock ({e}); others take it as \
+                 stale once it is no longer refreshed"
+            );
+        }
+        res
     }
 
     /// Removes the lock file.

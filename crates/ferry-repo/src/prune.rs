@@ -49,8 +49,7 @@ pub struct Pruned {
 pub async fn prune(repo: Arc<Repo>, dry_run: bool) -> Result<Pruned> {
     let lock = Lock::acquire(repo.clone(), !dry_run).await?;
     let res = run(&repo, dry_run).await;
-    lock.release().await?;
-    res
+    lock.release_after(res).await
 }
 
 async fn run(repo: &Repo, dry_run: bool) -> Result<Pruned> {

@@ -682,8 +682,7 @@ pub async fn restore(
     let (lock, (index, _)) = Lock::acquire_then(repo.clone(), false, repo.index()).await?;
     let index = Arc::new(index);
     let r = restore_locked(repo.clone(), index, snap, target, None, opts, progress).await;
-    lock.release().await?;
-    r
+    lock.release_after(r).await
 }
 
 /// [`restore`] into `root`, the directory `target` names, opened by the caller (who holds
