@@ -101,24 +101,16 @@ pub enum Role {
     Admin,
 }
 
-/// Names a tenant may not take: the server's own paths.
-const RESERVED: &[&str] = &["v1", "metrics", "healthz"];
-
 impl Config {
     /// Checks what serde cannot: tenant names, token hashes, quotas.
     pub fn check(&self) -> Result<(), String> {
         let mut seen = std::collections::HashSet::new();
         for t in &self.tenants {
-            let ok = !t.name.is_empty()
-                && t.name.len() <= 64
-                && t.name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                && !RESERVED.contains(&t.name.as_str());
-            if !ok {
+            if !ferry_store::is_tenant_name(&t.name) {
                 return Err(format!(
-                    "tenant name {:?}: letters, digits, - and _ only, at most 64, not {RESERVED:?}",
-                    t.name
+                    "tenant name {:?}: {}",
+                    t.name,
+                    ferry_store::TENANT_NAME
                 ));
             }
             if !seen.insert(&t.name) {

@@ -255,16 +255,32 @@ fn served_parts(host_port: &str, key: &str) -> Result<()> {
         )));
     }
     let tenant = key.split('/').next().unwrap_or_default();
-    if !tenant
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
+    if !is_tenant_name(tenant) {
         return Err(Error::Invalid(format!(
-            "ferry+https://...: a tenant name is letters, digits, - and _ ({})",
+            "ferry+https://...: a tenant name is {TENANT_NAME} ({})",
             credentials_hint(Scheme::Served)
         )));
     }
     Ok(())
+}
+
+/// Paths of `ferry serve`'s own, which no tenant may be named.
+const RESERVED_TENANTS: &[&str] = &["v1", "metrics", "healthz"];
+
+/// What [`is_tenant_name`] accepts, for messages.
+pub const TENANT_NAME: &str =
+    "letters, digits, - and _ only, at most 64, not v1, metrics or healthz";
+
+/// Whether `name` may name a tenant of `ferry serve`: one rule for the server's
+/// configuration and the client's `ferry+https://` URLs, so that a URL the server could
+/// never serve is refused before a request.
+pub fn is_tenant_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !RESERVED_TENANTS.contains(&name)
 }
 
 impl fmt::Display for Location {
@@ -393,6 +409,24 @@ mod tests {
         );
         assert!(Location::parse("ferry+https://h.example/t/r").is_ok());
         assert!(Location::parse("s3://b/k@v1").is_ok());
+    }
+
+    /// A `ferry+https://` URL's tenant follows the rule the server's configuration does: a
+    /// name the server could never serve (its own paths, too long, empty) is refused here.
+    #[test]
+    fn served_tenants_follow_the_servers_rule() {
+        let long = "a".repeat(65);
+        assert!(!is_tenant_name(""));
+        for bad in ["metrics", "healthz", "v1", long.as_str(), "t.x"] {
+            let url = format!("ferry+https://h:8443/{bad}/repo");
+            let e = Location::parse(&url).unwrap_err().to_string();
+            assert!(e.contains(TENANT_NAME), "{bad:?}: {e}");
+            assert!(!is_tenant_name(bad), "{bad:?}");
+        }
+        for good in ["db-1", "A_b", &long[..64]] {
+            assert!(is_tenant_name(good), "{good:?}");
+            assert!(Location::parse(&format!("ferry+https://h/{good}/r")).is_ok());
+        }
     }
 
     /// A query on a URL form that takes none is refused; no message shows a query.
