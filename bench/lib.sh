@@ -47,10 +47,21 @@ LINK_NICE=${LINK_NICE:-0} STORE_NICE=${STORE_NICE:-0}
 TOOLS=${FERRY_TOOLS:-$HOME/.cache/ferry/bin}
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONNECT_DELAY=${CONNECT_DELAY:-$BENCH/../target/release/ferry-connect-delay}
-# tbf: burst must hold at least one loopback GSO packet (lo MTU 64 KiB) or tbf drops it;
-# latency bounds the queue (extra delay and TCP drops under load). Measured: see README.md.
+# tbf: burst must hold at least one loopback GSO packet (lo MTU 64 KiB) or tbf drops it.
+# The queue must never drop: a drop in the sender's own qdisc is "local congestion" to TCP,
+# which retries it every 500 ms and aborts the connection after 15 (ETIMEDOUT within 8 s),
+# where a drop on a real path costs a retransmission. So each socket keeps at most one
+# packet in the qdisc (TSQ_BYTES, the netns' tcp_limit_output_bytes) and the queue holds
+# about 120 sockets' worth (TBF_LIMIT). LEGACY_QUEUE=1: the queue of every figure before
+# 2026-12-02 (limit = rate x 5 ms + burst, 4 MiB of TSQ), which dropped. See README.md.
 TBF_BURST=${TBF_BURST:-1m}
-TBF_LATENCY=${TBF_LATENCY:-5ms}
+TBF_LIMIT=${TBF_LIMIT:-8m}
+TSQ_BYTES=${TSQ_BYTES:-32768}
+LEGACY_QUEUE=${LEGACY_QUEUE:-0}
+tbf_args() { # rate
+  if [ "$LEGACY_QUEUE" = 1 ]; then echo "rate $1 burst $TBF_BURST latency 5ms"
+  else echo "rate $1 burst $TBF_BURST limit $TBF_LIMIT"; fi
+}
 
 nsx() { ip netns exec "$NS" "$@"; }
 tox() { nsx curl -fsS -o /dev/null -X "$1" "http://127.0.0.1:8474$2" ${3:+-d "$3"}; } # toxiproxy API
@@ -86,8 +97,11 @@ shape_lo() {
   nsx tc qdisc add dev lo root handle 1: htb
   nsx tc class add dev lo parent 1: classid 1:1 htb rate 100gbit quantum 200000   # up
   nsx tc class add dev lo parent 1: classid 1:2 htb rate 100gbit quantum 200000   # down
-  nsx tc qdisc add dev lo parent 1:1 handle 10: tbf rate "$rate" burst "$TBF_BURST" latency "$TBF_LATENCY"
-  nsx tc qdisc add dev lo parent 1:2 handle 20: tbf rate "$down" burst "$TBF_BURST" latency "$TBF_LATENCY"
+  # shellcheck disable=SC2046
+  nsx tc qdisc add dev lo parent 1:1 handle 10: tbf $(tbf_args "$rate")
+  # shellcheck disable=SC2046
+  nsx tc qdisc add dev lo parent 1:2 handle 20: tbf $(tbf_args "$down")
+  [ "$LEGACY_QUEUE" = 1 ] || nsx sysctl -q -w net.ipv4.tcp_limit_output_bytes="$TSQ_BYTES"
   for port in 9000 9001 ${GCS_PORTS_UP:-}; do
     nsx tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip dport $port 0xffff flowid 1:1
   done
@@ -148,14 +162,18 @@ link_change() {
   [ "$DROP_AT" != 0 ] || return 0
   local q=$(( AGG_MBPS * 2 ))mbit qd=$(( AGG_DOWN_MBPS * 2 ))mbit
   sleep "$DROP_AT"
-  nsx tc qdisc change dev lo parent 1:1 handle 10: tbf rate "$q" burst "$TBF_BURST" latency "$TBF_LATENCY"
-  nsx tc qdisc change dev lo parent 1:2 handle 20: tbf rate "$qd" burst "$TBF_BURST" latency "$TBF_LATENCY"
+  # shellcheck disable=SC2046
+  nsx tc qdisc change dev lo parent 1:1 handle 10: tbf $(tbf_args "$q")
+  # shellcheck disable=SC2046
+  nsx tc qdisc change dev lo parent 1:2 handle 20: tbf $(tbf_args "$qd")
   sleep "$DROP_FOR"
   link_restore
 }
 link_restore() {
-  nsx tc qdisc change dev lo parent 1:1 handle 10: tbf rate $(( AGG_MBPS * 8 ))mbit burst "$TBF_BURST" latency "$TBF_LATENCY"
-  nsx tc qdisc change dev lo parent 1:2 handle 20: tbf rate $(( AGG_DOWN_MBPS * 8 ))mbit burst "$TBF_BURST" latency "$TBF_LATENCY"
+  # shellcheck disable=SC2046
+  nsx tc qdisc change dev lo parent 1:1 handle 10: tbf $(tbf_args $(( AGG_MBPS * 8 ))mbit)
+  # shellcheck disable=SC2046
+  nsx tc qdisc change dev lo parent 1:2 handle 20: tbf $(tbf_args $(( AGG_DOWN_MBPS * 8 ))mbit)
 }
 link_up() { # [GiB of scratch space wanted]
   link_down 2>/dev/null || true
@@ -209,7 +227,7 @@ link_up() { # [GiB of scratch space wanted]
   fi
   echo "link up: ns $NS, PROFILE=$PROFILE RTT ${RTT_MS}ms, ${CONN_MBPS} MB/s/conn, ${AGG_MBPS} MB/s aggregate;" \
        "handshake $([ "$HANDSHAKE" = 1 ] && echo "${RTT_MS}ms" || echo free);" \
-       "tbf burst $TBF_BURST latency $TBF_LATENCY; nice: link $LINK_NICE, store $STORE_NICE; S3 via ${MINIO_CERTS:+https://}127.0.0.1:9000;" \
+       "tbf $(tbf_args "<rate>"), TSQ ${TSQ_BYTES} B (legacy queue: $LEGACY_QUEUE); nice: link $LINK_NICE, store $STORE_NICE; S3 via ${MINIO_CERTS:+https://}127.0.0.1:9000;" \
        "${GCS_PORTS_UP:+GCS via http://127.0.0.1:9002; }scratch $BENCH_DIR" >&2
 }
 
