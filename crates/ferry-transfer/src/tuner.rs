@@ -496,12 +496,11 @@ impl Tuner {
                 let peak = (first..n - 1).map(|i| span(i, i + 1)).fold(0.0, f64::max);
                 let still = span(n - 2, n - 1) >= span(n - 3, n - 2) * STILL_RISING;
                 let begun = (first..n - 1 - RAMP_SPAN).all(|i| span(i, i + 1) >= peak * BEGUN);
-                let ratios: Vec<f64> = (first..n - 2)
+                let (lo, hi) = (first..n - 2)
                     .map(|i| span(i + 1, i + 2) / span(i, i + 1))
-                    .collect();
-                let (lo, hi) = ratios.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &r| {
-                    (lo.min(r), hi.max(r))
-                });
+                    .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
+                        (lo.min(r), hi.max(r))
+                    });
                 let steady = lo.is_finite() && lo > 0.0 && hi <= lo * STEADY;
                 let rise = span(n - 1 - RAMP_SPAN, n - 1) / before;
                 let climbing = before > 0.0
