@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # ferry vs rclone over an emulated WAN (bench/lib.sh), same link, same run. Needs root.
-#   bench/cp.sh                                  # full: 1 GiB, 10k x 64 KiB, 10 GiB stream
+#   bench/cp.sh                                  # full: 3 GiB, 10k x 64 KiB, 10 GiB stream
 #   SIZE=32M FILES=200 STREAM=128M LINK_SECS=2 bench/cp.sh   # smoke, ~1 min
 #   PROFILES="wan slow lfp lossy drop asym" TESTS=big bench/cp.sh   # every link, one table each
-# Env: PROFILE / RTT_MS / CONN_MBPS / AGG_MBPS (link), SIZE (big file; 1G, or less on the slow
-# profiles), FILES and FILE_KB (small files), STREAM (stdin upload; 0 skips), FERRY (default
-# target/release/ferry), RCLONE, TESTS (subset of: big small stream wal; wal: SIZE of 16 MiB WAL
+# Env: PROFILE / RTT_MS / CONN_MBPS / AGG_MBPS (link), SIZE (big file; per profile about 30 s
+# of the link up: 3G at 100 MB/s, 1G asym, 96M slow), FILES and FILE_KB (small files), STREAM
+# (stdin upload; 0 skips), FERRY (default target/release/ferry), RCLONE, TESTS (subset of: big small stream wal; wal: SIZE of 16 MiB WAL
 # segments through wal-push as PostgreSQL's archiver calls it), LINK_SECS (0: skip link
 # measurement), REPEAT (runs of each tool, taking turns; the table shows medians; default 3),
 # GCS=1 (the big test also runs ferry-gcs and rclone-gcs: gs:// on fake-gcs-server, an emulator,
@@ -22,8 +22,11 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 [ "$(id -u)" = 0 ] || { echo "cp.sh: needs root (netns, tc)" >&2; exit 1; }
 
-case ${PROFILE:-wan} in slow) : "${SIZE:=96M}" ;; asym) : "${SIZE:=256M}" ;; esac
-SIZE=$(numfmt --from=iec "${SIZE:-1G}")
+# About half a minute of bytes on the link's slower way (up), so that what every request
+# pays once (round trips at start and end, the tuner's climb) stays a few per cent of the
+# time: lfp's three 200 ms round trips alone are 6 % of a 1 GiB copy at 100 MB/s.
+case ${PROFILE:-wan} in slow) : "${SIZE:=96M}" ;; asym) : "${SIZE:=1G}" ;; lan|custom) : "${SIZE:=1G}" ;; *) : "${SIZE:=3G}" ;; esac
+SIZE=$(numfmt --from=iec "$SIZE")
 REPEAT=${REPEAT:-3}
 FILES=${FILES:-10000} FILE_KB=${FILE_KB:-64}
 STREAM=$(numfmt --from=iec "${STREAM:-10G}")
