@@ -68,7 +68,7 @@ pub const SECRET_VARS: &[&str] = &[
 ];
 
 /// The variables a helper's environment leaves out: [`SECRET_VARS`], and `FERRY_REPO` when
-/// it may carry one (a query, a SAS token; user info).
+/// it may carry one ([`crate::Location::secret_in`]).
 pub fn hidden_from_helpers() -> Vec<&'static str> {
     let repo = std::env::var_os("FERRY_REPO").map(|r| r.to_string_lossy().into_owned());
     hidden_with_repo(repo.as_deref())
@@ -76,7 +76,7 @@ pub fn hidden_from_helpers() -> Vec<&'static str> {
 
 fn hidden_with_repo(repo: Option<&str>) -> Vec<&'static str> {
     let mut v = SECRET_VARS.to_vec();
-    if repo.is_some_and(|r| r.contains(['?', '@']) || r.to_ascii_lowercase().contains("sig=")) {
+    if repo.is_some_and(|r| crate::Location::secret_in(r).is_some()) {
         v.push("FERRY_REPO");
     }
     v
@@ -570,6 +570,8 @@ mod tests {
         let hides = |r: &str| hidden_with_repo(Some(r)).contains(&"FERRY_REPO");
         assert!(hides("https://a.blob.core.windows.net/c/r?sv=1&sig=S"));
         assert!(hides("ferry+https://t:T@h/t/r"));
+        assert!(hides("s3://AKIA:SE/CRET@bucket/r"));
+        assert!(!hides("s3://bucket/r@v1") && !hides("/srv/me@host"));
         assert!(!hides("s3://bucket/prefix") && !hides("/srv/backup"));
         assert!(hidden_with_repo(None).contains(&"FERRY_FROM_PASSWORD"));
     }

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub use error::{Error, Result};
-pub use location::{is_tenant_name, Location, Scheme, TENANT_NAME};
+pub use location::{is_tenant_name, Location, Scheme, Secret, TENANT_NAME};
 
 /// User metadata stored with an object (keys without any backend prefix; C# identifiers,
 /// as Azure requires).

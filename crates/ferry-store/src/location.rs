@@ -48,6 +48,17 @@ impl fmt::Debug for Sas {
     }
 }
 
+/// What [`Location::secret_in`] finds in a location that may be a credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secret {
+    /// A query with a signature (`sig=`): an Azure SAS token.
+    Sas,
+    /// A user name or password before a URL's host (`NAME:SECRET@HOST`).
+    UserInfo,
+    /// Any other query (`?token=...`).
+    Query,
+}
+
 /// Host-name suffixes of Azure Blob endpoints (public, US government, China clouds).
 const AZURE_HOSTS: &[&str] = &[
     ".blob.core.windows.net",
@@ -121,19 +132,42 @@ impl Location {
         })
     }
 
-    /// `raw` as a message may show it: nothing past its first `?` (a SAS token), and any
-    /// user info before the host as `***`. Every error that repeats a location the user
-    /// gave goes through here.
-    pub fn shown(raw: &str) -> String {
-        let s = raw.split('?').next().unwrap_or_default();
-        let Some((scheme, rest)) = s.split_once("://") else {
-            return s.to_string();
-        };
-        let host_end = rest.find('/').unwrap_or(rest.len());
-        match rest[..host_end].rfind('@') {
-            Some(at) => format!("{scheme}://***{}", &rest[at..]),
-            None => s.to_string(),
+    /// What in `raw` may be a credential, if anything: the one rule for what messages cut
+    /// ([`Location::shown`]), what the command line refuses and what a child process is not
+    /// given. Only a URL (`SCHEME://...`) can hold one: a signature (`sig=`, a SAS token,
+    /// anywhere: an encoded `?` still carries one), user info ([`user_info_end`]), a query.
+    pub fn secret_in(raw: &str) -> Option<Secret> {
+        let (scheme, rest) = raw.split_once("://")?;
+        let lower = rest.to_ascii_lowercase();
+        if lower.contains("sig=") || lower.contains("sig%3d") {
+            return Some(Secret::Sas);
         }
+        if user_info_end(scheme, rest).is_some() {
+            return Some(Secret::UserInfo);
+        }
+        rest.contains('?').then_some(Secret::Query)
+    }
+
+    /// `raw` as a message may show it: user info as `***`, nothing from its first `?`, `#`,
+    /// encoded `?` or signature on, whatever [`Location::secret_in`] calls it (a URL may
+    /// hold more than one). Every error that repeats a location the user gave goes through
+    /// here.
+    pub fn shown(raw: &str) -> String {
+        let Some((scheme, rest)) = raw.split_once("://") else {
+            return raw.split('?').next().unwrap_or_default().to_string();
+        };
+        let (hidden, rest) = match user_info_end(scheme, rest) {
+            Some(end) => ("***", &rest[end..]),
+            None => ("", rest),
+        };
+        // ASCII lowercase keeps every byte where it was: its offsets are `rest`'s.
+        let lower = rest.to_ascii_lowercase();
+        let cut = ["?", "#", "%3f", "sig=", "sig%3d"]
+            .iter()
+            .filter_map(|m| lower.find(m))
+            .min()
+            .unwrap_or(rest.len());
+        format!("{scheme}://{hidden}{}", &rest[..cut])
     }
 
     fn plain(scheme: Scheme, key: &str) -> Self {
@@ -199,6 +233,42 @@ impl Location {
             Scheme::S3 | Scheme::Azure | Scheme::Gcs | Scheme::Rados | Scheme::Served
         )
     }
+}
+
+/// Where the user info of a URL's `rest` (what follows `://`) ends, if it has any: at the
+/// last `@` before the first `/` (a password may hold `?` or `#`), or, when a secret holding
+/// a `/` moved its `@` past it (`KEY:SE/CRET@host`), at the last `@` before the query, or at
+/// the first `/`. Such a secret shows as a `:` before the first `/` that starts no port (any
+/// `:` in a bucket or container name), or as an `@` in a served URL's tenant, where no
+/// tenant name has one.
+fn user_info_end(scheme: &str, rest: &str) -> Option<usize> {
+    let scheme = scheme
+        .rsplit('=')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let head_end = rest.find('/').unwrap_or(rest.len());
+    let head = &rest[..head_end];
+    if let Some(at) = head.rfind('@') {
+        return Some(at);
+    }
+    let bucket_named = matches!(scheme.as_str(), "s3" | "az" | "azure" | "gs");
+    // An IPv6 host's `:`s are inside its brackets.
+    let host = match head.strip_prefix('[') {
+        Some(h) => h.split_once(']').map_or("", |(_, port)| port),
+        None => head,
+    };
+    let not_a_port = host.split_once(':').is_some_and(|(_, port)| {
+        let port = port.split(['?', '#']).next().unwrap_or_default();
+        bucket_named || !port.bytes().all(|b| b.is_ascii_digit())
+    });
+    let tenant = rest[head_end..].trim_start_matches('/').split('/').next();
+    let at_in_tenant = scheme == "ferry+https" && tenant.is_some_and(|t| t.contains('@'));
+    if !(not_a_port || at_in_tenant) {
+        return None;
+    }
+    let before_query = rest.find('?').unwrap_or(rest.len());
+    Some(rest[..before_query].rfind('@').unwrap_or(head_end))
 }
 
 /// Where a store's credentials go instead of its URL.
@@ -456,5 +526,78 @@ mod tests {
             "ferry+https://***@h/t/r"
         );
         assert_eq!(Location::shown("/a/b@c"), "/a/b@c");
+    }
+
+    /// One rule finds what may be a credential; `shown` cuts each, and nothing else.
+    #[test]
+    fn one_rule_finds_the_secret_in_a_url_and_shown_cuts_it() {
+        let cases = [
+            (
+                "https://a.blob.core.windows.net/c/k?sv=1&SIG=SECRET",
+                Some(Secret::Sas),
+            ),
+            ("az://c/k?sig%3DSECRET", Some(Secret::Sas)),
+            ("ferry+https://t:SECRET@h:8443/t/r", Some(Secret::UserInfo)),
+            ("--repo=s3://SECRET@b/k", Some(Secret::UserInfo)),
+            // A secret holding a `/`: its first half looks like a bucket with a `:`.
+            ("s3://AKIA:SE/CRET@b/k", Some(Secret::UserInfo)),
+            ("gs://AKIA:SECRET", Some(Secret::UserInfo)),
+            ("ferry+https://h:8443/t/r?token=SECRET", Some(Secret::Query)),
+            // More than one: each is cut.
+            (
+                "https://u:SECRET@a.blob.core.windows.net/c/k?sv=1&sig=SECRET",
+                Some(Secret::Sas),
+            ),
+            ("ferry+https://t:SECRET@h/t/r?sig=1", Some(Secret::Sas)),
+            // A signature behind an encoded `?` or a `#`.
+            (
+                "https://a.blob.core.windows.net/c/k%3Fsv=1%26sig=SECRET",
+                Some(Secret::Sas),
+            ),
+            // A password holding `#`, `?` or `/`, outside a bucket name.
+            ("ferry+https://t:AB#SECRET@h/t/r", Some(Secret::UserInfo)),
+            (
+                "https://key:hun#SECRET@s3.example:9000",
+                Some(Secret::UserInfo),
+            ),
+            ("ferry+https://t:A?SECRET@h/t/r", Some(Secret::UserInfo)),
+            (
+                "ferry+https://t:A/SECRET@h:8443/t/r",
+                Some(Secret::UserInfo),
+            ),
+            (
+                "ferry+https://t:12/SECRET@h:8443/t/r",
+                Some(Secret::UserInfo),
+            ),
+            ("rados://client:A/SECRET@pool/x", Some(Secret::UserInfo)),
+            ("s3://b/k@v1", None),
+            ("ferry+https://h:8443/t/a@b", None),
+            ("http://[::1]:9000/b", None),
+            ("https://s3.example:9000", None),
+            ("rados://pool/na:me@snap", None),
+            ("/srv/a@c:d", None),
+            ("-", None),
+        ];
+        for (raw, secret) in cases {
+            assert_eq!(Location::secret_in(raw), secret, "{raw}");
+            let shown = Location::shown(raw);
+            assert!(
+                !shown.contains("SECRET") && !shown.contains("CRET"),
+                "{raw}: {shown}"
+            );
+            if secret.is_none() {
+                assert_eq!(shown, raw);
+            }
+        }
+        assert_eq!(Location::shown("s3://AKIA:SE/CRET@b/k"), "s3://***@b/k");
+        assert_eq!(Location::shown("/srv/a?SECRET"), "/srv/a");
+        assert_eq!(
+            Location::shown("minio:9000/?X-Amz-Signature=S"),
+            "minio:9000/"
+        );
+        assert_eq!(
+            Location::shown("ferry+https://t:T@h/t/a@b"),
+            "ferry+https://***@h/t/a@b"
+        );
     }
 }

@@ -4,6 +4,8 @@
 
 use std::ffi::OsString;
 
+use ferry_store::{Location, Secret};
+
 /// Why the command line `args` must be refused, if it holds a secret.
 pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
     let args: Vec<String> = args
@@ -24,8 +26,8 @@ pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
             );
         }
         // An Azure URL with a SAS token in its query: the token is the credential.
-        if has_sas(a) {
-            let shown = ferry_store::Location::shown(a);
+        if Location::secret_in(a) == Some(Secret::Sas) {
+            let shown = Location::shown(a);
             return Some(format!(
                 "'{shown}?...' carries a SAS token, readable by every local user on the command \
                  line: set AZURE_STORAGE_SAS_TOKEN (and give the URL without its query), or put \
@@ -39,7 +41,7 @@ pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
                  command line (and refused anywhere): give the tenant token in FERRY_SERVE_TOKEN \
                  or --serve-token-file, a store's keys in its credential variables \
                  (AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_KEY, ...)",
-                ferry_store::Location::shown(a)
+                Location::shown(a)
             ));
         }
         for (flag, env) in [
@@ -58,15 +60,10 @@ pub fn secret_on_command_line(args: &[OsString]) -> Option<String> {
     None
 }
 
-/// Whether `url` carries an Azure SAS token in its query (the token is the credential).
-pub fn has_sas(url: &str) -> bool {
-    url.contains("://") && ["sig=", "sig%3D", "SIG="].iter().any(|m| url.contains(m))
-}
-
 /// Whether `arg` (or the value of `--flag=arg`) is a store or endpoint URL with user info
 /// (`NAME:SECRET@` before its host). PostgreSQL URLs are `--conninfo`'s, checked there.
 pub fn has_user_info(arg: &str) -> bool {
-    let Some((scheme, rest)) = arg.split_once("://") else {
+    let Some((scheme, _)) = arg.split_once("://") else {
         return false;
     };
     let scheme = scheme.rsplit('=').next().unwrap_or_default();
@@ -81,8 +78,7 @@ pub fn has_user_info(arg: &str) -> bool {
         "http",
     ]
     .contains(&scheme.to_ascii_lowercase().as_str());
-    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    store && host.contains('@')
+    store && Location::secret_in(arg) == Some(Secret::UserInfo)
 }
 
 #[cfg(test)]
@@ -164,6 +160,9 @@ mod tests {
                 "{e}"
             );
         }
+        // A secret with a `/` in it looks like a bucket with a `:` then a key with an `@`.
+        let e = check(&["ferry", "cp", "f", "s3://AKIA:TOK/SEKRIT@b/k"]).expect("refused");
+        assert!(!e.contains("SEKRIT") && !e.contains("TOK/"), "{e}");
         assert!(check(&["ferry", "cp", "f", "s3://b/k@v1"]).is_none());
         assert!(check(&["ferry", "cp", "f", "/tmp/me@host"]).is_none());
         // PostgreSQL URLs are --conninfo's: a user without a password is fine there.

@@ -268,10 +268,13 @@ pub struct Settings {
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let repo = self.repo.as_deref().map(|r| match r.split_once('?') {
-            Some((path, _)) => format!("{path}?***"),
-            None => r.to_string(),
-        });
+        let repo = self
+            .repo
+            .as_deref()
+            .map(|r| match ferry_store::Location::secret_in(r) {
+                Some(_) => format!("{}?***", ferry_store::Location::shown(r)),
+                None => r.to_string(),
+            });
         f.debug_struct("Settings")
             .field("engine", &self.engine)
             .field("s3", &self.s3)
@@ -466,12 +469,12 @@ fn passed(g: &Global, repo: Option<&str>, config: Option<&Path>) -> Vec<Pass> {
         true => r.to_string(),
         false => abs(Path::new(r)),
     });
-    // A URL with a SAS token is a secret: a child gets it by environment only, never on a
-    // command line or in restore_command. So is one with any query or user info (which
-    // Location::parse refuses, but a child might be spawned before it runs).
+    // A URL that may hold a secret (a SAS token; any query or user info, which
+    // Location::parse refuses, but a child might be spawned before it runs) goes to a child
+    // by environment only, never on a command line or in restore_command.
     let sas = repo
         .as_deref()
-        .is_some_and(|r| crate::argv::has_sas(r) || ferry_store::Location::shown(r) != r);
+        .is_some_and(|r| ferry_store::Location::secret_in(r).is_some());
     let mut v: Vec<Pass> = pass("--repo", "FERRY_REPO", repo, sas)
         .into_iter()
         .collect();

@@ -132,8 +132,8 @@ pub async fn restore(a: &PgRestoreArgs, ctx: &mut Ctx) -> Result<()> {
         eprintln!("ferry: note: restore_command reads the password from FERRY_PASSWORD: start the server with it set");
     }
     let repo = stores.settings().repo.clone().unwrap_or_default();
-    if crate::argv::has_sas(&repo) && g.config.is_none() {
-        eprintln!("ferry: note: the repository's URL carries a SAS token, left out of restore_command: start the server with FERRY_REPO set, or restore with --config naming a file that holds it");
+    if ferry_store::Location::secret_in(&repo).is_some() && g.config.is_none() {
+        eprintln!("ferry: note: the repository's URL may carry a secret (a SAS token, a query or user info), left out of restore_command: start the server with FERRY_REPO set, or restore with --config naming a file that holds it");
     }
     let served = repo.starts_with("ferry+https://");
     if served && g.serve_token_file.is_none() {
