@@ -341,6 +341,24 @@ impl Dir {
         self.unlink(name)
     }
 
+    /// Removes `name` in this directory when it is the empty directory `dir` itself (same
+    /// device and inode, seen without following a link); whether it did. Only a directory
+    /// goes (`AT_REMOVEDIR`): an entry swapped in after the check is a file or link left in
+    /// place, or a directory whoever writes this one could remove anyway.
+    pub fn remove_dir_if_same(&self, name: &[u8], dir: &Dir) -> io::Result<bool> {
+        let c = entry(name)?;
+        let me = dir.stat()?;
+        match self.lstat(name)? {
+            Some(st)
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                    && (st.st_dev, st.st_ino) == (me.st_dev, me.st_ino) => {}
+            _ => return Ok(false),
+        }
+        // SAFETY: self.fd is open, c NUL-terminated; AT_REMOVEDIR never follows a link.
+        check(unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) })?;
+        Ok(true)
+    }
+
     /// A new file, created exclusive and mode 0600 under a random name: nobody else can
     /// open it, and no entry planted under a guessed name can stand in for it.
     pub fn create_temp(&self) -> io::Result<Temp> {

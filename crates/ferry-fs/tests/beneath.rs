@@ -160,3 +160,42 @@ fn a_tree_planted_deeper_than_the_bound_is_refused_not_walked_to_the_end() {
     assert!(root.entries().unwrap().is_empty());
     std::fs::remove_dir_all(d).unwrap();
 }
+
+/// A directory a restore made is removed through its parent only while the name there is
+/// still that directory: a directory or file swapped in under the name stays.
+#[test]
+fn a_made_directory_is_removed_only_while_its_name_is_still_it() {
+    let d = scratch("rmdir");
+    let parent = Dir::open_root(&d).unwrap();
+    let (made, fresh) = parent.make_dir(b"place", false, false).unwrap();
+    assert!(fresh);
+    // Swapped: the made directory moved away, another empty one planted under its name.
+    std::fs::rename(d.join("place"), d.join("moved")).unwrap();
+    std::fs::create_dir(d.join("place")).unwrap();
+    assert!(!parent.remove_dir_if_same(b"place", &made).unwrap());
+    assert!(d.join("place").is_dir());
+    // A file under the name stays too.
+    std::fs::remove_dir(d.join("place")).unwrap();
+    std::fs::write(d.join("place"), b"keep").unwrap();
+    assert!(!parent.remove_dir_if_same(b"place", &made).unwrap());
+    assert_eq!(std::fs::read(d.join("place")).unwrap(), b"keep");
+    // A link to it under the name stays, and so does the directory.
+    std::fs::remove_file(d.join("place")).unwrap();
+    std::os::unix::fs::symlink(d.join("moved"), d.join("place")).unwrap();
+    assert!(!parent.remove_dir_if_same(b"place", &made).unwrap());
+    assert!(d.join("place").is_symlink() && d.join("moved").is_dir());
+    // Not empty: an error, nothing removed.
+    std::fs::remove_file(d.join("place")).unwrap();
+    std::fs::rename(d.join("moved"), d.join("place")).unwrap();
+    std::fs::write(d.join("place/f"), b"x").unwrap();
+    assert!(parent.remove_dir_if_same(b"place", &made).is_err());
+    std::fs::remove_file(d.join("place/f")).unwrap();
+    std::fs::rename(d.join("place"), d.join("moved")).unwrap();
+    std::fs::write(d.join("place"), b"keep").unwrap();
+    // Back under its name, it goes.
+    std::fs::remove_file(d.join("place")).unwrap();
+    std::fs::rename(d.join("moved"), d.join("place")).unwrap();
+    assert!(parent.remove_dir_if_same(b"place", &made).unwrap());
+    assert!(!d.join("place").exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}

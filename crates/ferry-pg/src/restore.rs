@@ -372,8 +372,9 @@ impl Found {
     }
 
     /// Empties `dir`, puts its mode and owner back (an operator's place of root's must not
-    /// stay the cluster owner's), and removes it where it was `made` (a path removed only
-    /// while it still names the directory made).
+    /// stay the cluster owner's), and removes it where it was `made`: through its parent's
+    /// descriptor, only while the name there is still the directory made (a writer of a
+    /// directory higher up who swaps the path cannot have another directory removed).
     fn undo(self, dir: &ferry_fs::Dir, made: Option<&Path>) {
         let _ = dir.empty();
         if let Ok(now) = Found::of(dir) {
@@ -381,8 +382,16 @@ impl Found {
                 let _ = dir.set_mode(self.mode, (now.owner != self.owner).then_some(self.owner));
             }
         }
-        if let Some(path) = made.filter(|p| same_dir(dir, p)) {
-            let _ = std::fs::remove_dir(path);
+        let parent_and_name = made.and_then(|p| Some((p.parent()?, p.file_name()?)));
+        if let Some((parent, name)) = parent_and_name {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            if let Ok(parent) = ferry_fs::Dir::open_root(parent) {
+                let _ = parent.remove_dir_if_same(name.as_bytes(), dir);
+            }
         }
     }
 }
@@ -419,42 +428,20 @@ fn private(dir: &ferry_fs::Dir, path: &Path) -> Result<()> {
 /// anything is written. FIFOs and sockets (PostgreSQL's own, with `unix_socket_directories`
 /// in the data directory) are left out with a warning, as pgBackRest leaves them out.
 async fn no_special(repo: &Repo, index: &Index, snap: &Snapshot) -> Result<()> {
-    use futures::StreamExt;
-    // Each tree once: a forged snapshot may name one subtree from everywhere.
-    let mut seen = std::collections::HashSet::from([snap.tree]);
-    let mut level = vec![(PathBuf::from("/"), snap.tree)];
-    while !level.is_empty() {
-        let trees: Vec<_> = futures::stream::iter(level)
-            .map(|(at, id)| async move { (ferry_repo::load_tree(repo, index, &id).await, at) })
-            .buffer_unordered(TREE_READS)
-            .collect()
-            .await;
-        let mut next = Vec::new();
-        for (tree, at) in trees {
-            for n in tree?.nodes {
-                let path = at.join(std::ffi::OsStr::from_bytes(&n.name_bytes()));
-                if let Some(why) = not_data(&n) {
-                    return Err(Error::Invalid(format!(
-                        "the backup's snapshot holds {path:?}, {why}: no data directory holds \
-                         one; the snapshot is damaged or forged, nothing was restored"
-                    )));
-                }
-                match (n.kind, n.subtree) {
-                    (NodeKind::Dir, Some(sub)) if seen.insert(sub) => next.push((path, sub)),
-                    (NodeKind::Fifo | NodeKind::Socket, _) => {
-                        tracing::warn!("{path:?} in the backup is a FIFO or socket: left out")
-                    }
-                    _ => {}
-                }
-            }
+    ferry_repo::browse::walk(repo, index, snap.tree, |path, n| {
+        if let Some(why) = not_data(n) {
+            return Err(Error::Invalid(format!(
+                "the backup's snapshot holds {path:?}, {why}: no data directory holds one; \
+                 the snapshot is damaged or forged, nothing was restored"
+            )));
         }
-        level = next;
-    }
-    Ok(())
+        if matches!(n.kind, NodeKind::Fifo | NodeKind::Socket) {
+            tracing::warn!("{path:?} in the backup is a FIFO or socket: left out")
+        }
+        Ok(())
+    })
+    .await
 }
-
-/// Trees [`no_special`] reads at once.
-const TREE_READS: usize = 16;
 
 /// Why `n` has no place in a data directory, if it has none.
 fn not_data(n: &ferry_repo::tree::Node) -> Option<&'static str> {
@@ -465,15 +452,6 @@ fn not_data(n: &ferry_repo::tree::Node) -> Option<&'static str> {
         _ => n.mode & 0o7000,
     };
     (bits != 0).then_some("with setuid, setgid or sticky bits")
-}
-
-/// Whether `path` (not followed if a link) is the directory `dir` holds open.
-fn same_dir(dir: &ferry_fs::Dir, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (dir.stat(), std::fs::symlink_metadata(path)) {
-        (Ok(a), Ok(b)) => b.is_dir() && a.st_dev == b.dev() && a.st_ino == b.ino(),
-        _ => false,
-    }
 }
 
 /// The label, the signal file and the recovery settings.

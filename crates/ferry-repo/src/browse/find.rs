@@ -1,11 +1,11 @@
 //! `find`: the paths of snapshots that match patterns. Snapshots of the same source share
 //! most of their listings, so each listing is read once for all of them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use ferry_transfer::Result;
 
-use super::{bound, child, Trees};
+use super::{bound, walk_in, Trees};
 use crate::index::Index;
 use crate::pattern::Patterns;
 use crate::repo::Repo;
@@ -29,26 +29,15 @@ pub async fn find(
     let mut found = Vec::with_capacity(roots.len());
     for root in roots {
         let mut matches = Vec::new();
-        let mut level = vec![(PathBuf::from("/"), *root)];
-        while !level.is_empty() {
-            trees.load(repo, index, level.iter().map(|l| l.1)).await?;
-            let mut next = Vec::new();
-            for (dir, id) in level {
-                bound(matches.len() + next.len(), "entries")?;
-                for n in &trees.get(&id).nodes {
-                    let path = child(&dir, n)?;
-                    let is_dir = n.kind == NodeKind::Dir;
-                    if let Some(sub) = n.subtree.filter(|_| is_dir) {
-                        next.push((path.clone(), sub));
-                    }
-                    if patterns.matches(&path, is_dir) {
-                        let node = n.clone();
-                        matches.push(Match { path, node });
-                    }
-                }
+        let mut visit = |path: &Path, n: &Node| {
+            if patterns.matches(path, n.kind == NodeKind::Dir) {
+                bound(matches.len(), "entries")?;
+                let (path, node) = (path.to_path_buf(), n.clone());
+                matches.push(Match { path, node });
             }
-            level = next;
-        }
+            Ok(())
+        };
+        walk_in(&mut trees, repo, index, *root, &mut visit).await?;
         matches.sort_by(|a, b| a.path.cmp(&b.path));
         found.push(matches);
     }

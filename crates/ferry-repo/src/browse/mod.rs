@@ -18,7 +18,7 @@ use futures::StreamExt;
 
 use crate::index::Index;
 use crate::repo::{Repo, READ_AHEAD};
-use crate::tree::{Node, Tree};
+use crate::tree::{Node, NodeKind, Tree};
 use crate::Id;
 
 pub use diff::{diff, Change, Diff, What};
@@ -63,6 +63,41 @@ impl Trees {
     fn get(&self, id: &Id) -> Arc<Tree> {
         self.loaded.get(id).cloned().unwrap_or_default()
     }
+}
+
+/// Visits every entry under the tree `root` with its path (its name checked: [`child`]),
+/// level by level, the trees of one level read in parallel. Stops at the first error `visit`
+/// returns. The directories of one level are bounded by [`limit`]: a forged snapshot that
+/// names one subtree from everywhere costs an error, not memory.
+pub async fn walk(
+    repo: &Repo, index: &Index, root: Id, mut visit: impl FnMut(&Path, &Node) -> Result<()>,
+) -> Result<()> {
+    walk_in(&mut Trees::default(), repo, index, root, &mut visit).await
+}
+
+/// [`walk`], reading trees through `trees`: walks of snapshots that share listings read
+/// each once.
+async fn walk_in(
+    trees: &mut Trees, repo: &Repo, index: &Index, root: Id,
+    visit: &mut dyn FnMut(&Path, &Node) -> Result<()>,
+) -> Result<()> {
+    let mut level = vec![(PathBuf::from("/"), root)];
+    while !level.is_empty() {
+        trees.load(repo, index, level.iter().map(|l| l.1)).await?;
+        let mut next = Vec::new();
+        for (dir, id) in level {
+            bound(next.len(), "directories at one depth")?;
+            for n in &trees.get(&id).nodes {
+                let path = child(&dir, n)?;
+                visit(&path, n)?;
+                if let Some(sub) = n.subtree.filter(|_| n.kind == NodeKind::Dir) {
+                    next.push((path, sub));
+                }
+            }
+        }
+        level = next;
+    }
+    Ok(())
 }
 
 /// The error that stops a walk a hostile snapshot made endless.
