@@ -111,7 +111,31 @@ pub struct MemoryStore {
     refusing: std::sync::atomic::AtomicBool,
     /// Ranged reads are refused.
     refusing_reads: std::sync::atomic::AtomicBool,
+    /// Called as each write arrives: [`MemoryStore::on_write`].
+    on_write: Hook,
     inner: Mutex<Inner>,
+}
+
+/// A callback a test sets to look at its side of the world at one point of a request.
+#[derive(Default)]
+struct Hook(Mutex<Option<HookFn>>);
+
+/// What a [`Hook`] calls, with the request's name.
+type HookFn = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
+impl Hook {
+    fn call(&self, what: &str) {
+        let f = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(f) = f {
+            f(what);
+        }
+    }
+}
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 /// A key as the store keeps it: no leading or trailing `/`, no empty, `.` or `..` component.
@@ -160,6 +184,12 @@ impl MemoryStore {
     pub fn refuse_ranges(&self, refuse: bool) {
         self.refusing_reads
             .store(refuse, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Calls `f` with `put`, `put_block` or `complete_upload` as each of those writes
+    /// arrives, before it is done: a test's look at what the writer holds meanwhile.
+    pub fn on_write(&self, f: impl Fn(&str) + Send + Sync + 'static) {
+        *self.on_write.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(f));
     }
 
     /// The reads asked so far of a [`MemoryStore::remote`] store, in order: `head KEY`,
@@ -244,6 +274,7 @@ impl Store for MemoryStore {
     }
 
     async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()> {
+        self.on_write.call("put");
         if self.refusing.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(Error::Denied(format!("memory:{key}: writes refused")));
         }
@@ -345,6 +376,7 @@ impl Store for MemoryStore {
     async fn put_block(
         &self, up: &Upload, idx: usize, offset: u64, data: Bytes,
     ) -> Result<BlockId> {
+        self.on_write.call("put_block");
         let mut inner = self.lock();
         let session = inner
             .sessions
@@ -358,6 +390,7 @@ impl Store for MemoryStore {
     async fn complete_upload(
         &self, up: &Upload, blocks: Vec<BlockId>, meta: &Meta,
     ) -> Result<Option<String>> {
+        self.on_write.call("complete_upload");
         let mut inner = self.lock();
         let session = inner
             .sessions

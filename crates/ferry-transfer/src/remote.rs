@@ -135,6 +135,16 @@ impl Remote {
             .await
     }
 
+    /// [`Remote::upload_bytes`] for `data` counted in a caller's memory budget by `held`:
+    /// each block's share of it returns as that block is answered.
+    pub async fn upload_held(
+        &self, data: Bytes, key: &str, held: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<u64> {
+        self.engine
+            .upload_held(data, &self.store, key, self.class, held)
+            .await
+    }
+
     /// Writes everything `reader` yields to `key`, in blocks, length unknown in advance.
     pub async fn upload<R: AsyncRead + Unpin>(
         &self, reader: R, key: &str, progress: std::sync::Arc<dyn Progress>,

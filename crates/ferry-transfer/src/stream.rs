@@ -155,6 +155,58 @@ impl Engine {
         Ok(size)
     }
 
+    /// [`Engine::upload_bytes`] for a caller that counts `data` in a memory budget of its own
+    /// with `held`: each block is copied out on its own (slices of `data` would keep all of
+    /// it alive to the end), `data` and what `held` counts beyond the blocks go at once, and
+    /// each block's share returns when the store has answered it, not when the upload is
+    /// completed: the completion's round trip holds none. An object sent whole holds its
+    /// size until stored.
+    pub(crate) async fn upload_held(
+        &self, data: Bytes, dst: &SharedStore, key: &str, class: Class,
+        mut held: crate::scheduler::Memory,
+    ) -> Result<u64> {
+        let size = data.len() as u64;
+        let plan = BlockPlan::for_size(size, dst.limits(), self.cfg.block_size);
+        let blocks = plan.blocks(size);
+        if blocks.len() <= 1 {
+            drop(held.split(held.num_permits() - data.len().min(held.num_permits())));
+            return self.upload_bytes(data, dst, key, class).await;
+        }
+        let parts: Vec<_> = blocks
+            .iter()
+            .map(|&(off, len)| {
+                let block = Bytes::copy_from_slice(&data[off as usize..(off + len) as usize]);
+                let share = held.split((len as usize).min(held.num_permits()));
+                Some((block, share))
+            })
+            .collect();
+        drop((data, held));
+        let parts = std::sync::Mutex::new(parts);
+        let take = |i: usize, _: u64, _: u64| {
+            let part = parts
+                .lock()
+                .expect("not poisoned")
+                .get_mut(i)
+                .and_then(Option::take);
+            async move { part.ok_or_else(|| Error::Permanent(format!("block {i} taken twice"))) }
+        };
+        self.upload_blocks(
+            dst,
+            key,
+            plan,
+            size,
+            None,
+            key,
+            class,
+            &NoProgress,
+            None,
+            take,
+        )
+        .await?;
+        self.finished(size, plan, false);
+        Ok(size)
+    }
+
     /// Writes `data` to `key` in one request, with the digest `dst` keeps.
     async fn put_whole(
         &self, data: Bytes, dst: &SharedStore, key: &str, plan: BlockPlan, class: Class,

@@ -36,8 +36,8 @@ pub struct PushAgent {
     /// WAL files in flight at once, at most.
     pub parallel: usize,
     /// Bytes of WAL the agent holds in flight, at most: a file counts twice its size while
-    /// it is read and sealed, then its sealed size until stored. Random segments (the worst
-    /// case) then fit 12 in the default, compressible ones (real WAL keeps about 40 %) more.
+    /// it is read, sealed and its blocks copied out, then each block its size until the
+    /// store has answered it (a file sent whole, its sealed size until stored).
     pub memory: u64,
     /// Exit after this long with nothing to do.
     pub idle: Duration,
@@ -207,7 +207,7 @@ async fn push_held(
         .map_err(|e| ferry_transfer::Error::io(path.display(), e))?;
     let permits = |bytes: u64| (bytes as usize).clamp(1, total).min(u32::MAX as usize) as u32;
     // Waiting here, in the order files were taken, rather than reading past the budget.
-    let mut held = memory
+    let held = memory
         .clone()
         .acquire_many_owned(permits(2 * meta.len()))
         .await
@@ -215,10 +215,9 @@ async fn push_held(
     let pushed = match archive.prepare(&name, read_wal(path).await?).await? {
         Prepared::Done(p) => p,
         Prepared::Sealed(sealed) => {
-            // The original is gone: from here on the sealed object alone is held.
-            let keep = (permits(sealed.held() as u64) as usize).min(held.num_permits());
-            drop(held.split(held.num_permits() - keep));
-            archive.store(sealed).await?
+            // The original is gone. Still held twice over: the sealed object's blocks are
+            // copied out of it, then each holds its own share until the store answers it.
+            archive.store_held(sealed, held).await?
         }
     };
     Ok((pushed.header().hash_hex(), meta))

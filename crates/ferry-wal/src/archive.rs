@@ -65,13 +65,6 @@ pub struct Sealed {
     obj: Vec<u8>,
 }
 
-impl Sealed {
-    /// Bytes held: the archived object.
-    pub fn held(&self) -> usize {
-        self.obj.len()
-    }
-}
-
 /// A gap the drop policy left in the archive: PITR cannot cross it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gap {
@@ -91,6 +84,8 @@ pub struct Archive {
     level: i32,
     key: Option<WalKey>,
     cluster: OnceCell<Cluster>,
+    /// Taken by a claim that found no record, to write it once.
+    claiming: tokio::sync::Mutex<()>,
 }
 
 impl Archive {
@@ -107,6 +102,7 @@ impl Archive {
             level,
             key,
             cluster: OnceCell::new(),
+            claiming: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -187,9 +183,25 @@ impl Archive {
             system_id: seg.system_id.to_string(),
             seg_size: seg.seg_size,
         };
-        match self.cluster().await? {
-            Some(c) if c == mine => Ok(()),
-            Some(c) => Err(Error::Invalid(format!(
+        let found = match self.cluster().await? {
+            Some(c) => Some(c),
+            None => {
+                // One writer of the record: the first segments of a bulk load, prepared at
+                // once, would each write it. (Reads stay parallel: a store that fails fails
+                // them all at once, not one after the other.)
+                let _one = self.claiming.lock().await;
+                match self.cluster.get() {
+                    Some(c) => Some(c.clone()),
+                    None => {
+                        self.put_json("cluster.json", &mine).await?;
+                        let _ = self.cluster.set(mine.clone());
+                        None
+                    }
+                }
+            }
+        };
+        match found {
+            Some(c) if c != mine => Err(Error::Invalid(format!(
                 "archive {} belongs to PostgreSQL cluster {} (segment size {}), but this WAL \
                  comes from cluster {} (segment size {}): give each cluster its own --repo",
                 self.url(),
@@ -198,11 +210,7 @@ impl Archive {
                 mine.system_id,
                 mine.seg_size
             ))),
-            None => {
-                self.put_json("cluster.json", &mine).await?;
-                let _ = self.cluster.set(mine);
-                Ok(())
-            }
+            _ => Ok(()),
         }
     }
 
@@ -236,8 +244,8 @@ impl Archive {
     }
 
     /// The first half of [`Archive::push`]: checks `data`, seals it and looks at what the
-    /// archive holds under `name`. The original is dropped before it returns, so that a
-    /// caller holding many files at once can count each at its sealed size from here on.
+    /// archive holds under `name`. The original is dropped before it returns: a caller
+    /// holding many files at once holds the sealed object alone from here on.
     pub async fn prepare(&self, name: &WalName, data: Vec<u8>) -> Result<Prepared> {
         let segment = match name.kind() {
             Kind::Segment | Kind::Partial => Some(page::read(name, &data)?),
@@ -311,6 +319,16 @@ impl Archive {
     pub async fn store(&self, sealed: Sealed) -> Result<Pushed> {
         let Sealed { key, header, obj } = sealed;
         let bytes = self.store.upload_bytes(obj.into(), &key).await?;
+        Ok(Pushed::Stored { header, bytes })
+    }
+
+    /// [`Archive::store`] for a caller counting the sealed object in a memory budget with
+    /// `held`: each block's share returns as the store answers it.
+    pub async fn store_held(
+        &self, sealed: Sealed, held: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<Pushed> {
+        let Sealed { key, header, obj } = sealed;
+        let bytes = self.store.upload_held(obj.into(), &key, held).await?;
         Ok(Pushed::Stored { header, bytes })
     }
 
