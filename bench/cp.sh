@@ -5,11 +5,12 @@
 #   PROFILES="wan slow lfp lossy drop asym" TESTS=big bench/cp.sh   # every link, one table each
 # Env: PROFILE / RTT_MS / CONN_MBPS / AGG_MBPS (link), SIZE (big file; per profile about 30 s
 # of the link up: 3G at 100 MB/s, 1G asym, 96M slow), FILES and FILE_KB (small files), STREAM
-# (stdin upload; 0 skips), FERRY (default target/release/ferry), RCLONE, TESTS (subset of: big small stream wal; wal: SIZE of 16 MiB WAL
-# segments through wal-push as PostgreSQL's archiver calls it), LINK_SECS (0: skip link
-# measurement), REPEAT (runs of each tool, taking turns; the table shows medians; default 3),
-# GCS=1 (the big test also runs ferry-gcs and rclone-gcs: gs:// on fake-gcs-server, an emulator,
-# through the same link: toxiproxy :9002 -> :9200).
+# (stdin upload; 0 skips), FERRY (default target/release/ferry), RCLONE, TESTS (subset of:
+# big small stream wal; wal: SIZE of 16 MiB WAL segments through wal-push as PostgreSQL's
+# archiver calls it), LINK_SECS (0: skip link measurement), REPEAT (runs of each tool, taking
+# turns; the table shows medians; default 3), GCS=1 (the big test also runs ferry-gcs and
+# rclone-gcs: gs:// on fake-gcs-server, an emulator, through the same link: toxiproxy :9002 ->
+# :9200).
 set -euo pipefail
 if [ -n "${PROFILES:-}" ]; then
   failed=0
