@@ -132,25 +132,31 @@ impl Engine {
         if plan.blocks(size).len() <= 1 {
             self.put_whole(data, dst, key, plan, class).await?;
             self.sched.record(size);
-        } else {
-            let slice = |_: usize, off: u64, len: u64| {
-                let block = data.slice(off as usize..(off + len) as usize);
-                async move { Ok((block, ())) }
-            };
-            self.upload_blocks(
-                dst,
-                key,
-                plan,
-                size,
-                None,
-                key,
-                class,
-                &NoProgress,
-                None,
-                slice,
-            )
-            .await?;
+            self.finished(size, plan, false);
+            return Ok(size);
         }
+        let slice = |_: usize, off: u64, len: u64| {
+            let block = data.slice(off as usize..(off + len) as usize);
+            async move { Ok((block, ())) }
+        };
+        self.upload_planned(dst, key, plan, size, class, slice)
+            .await
+    }
+
+    /// Sends the `size` bytes of `key` in the blocks of `plan`, each from `block` with what
+    /// it holds until answered, as one upload.
+    async fn upload_planned<F, Fut, G>(
+        &self, dst: &SharedStore, key: &str, plan: BlockPlan, size: u64, class: Class, block: F,
+    ) -> Result<u64>
+    where
+        F: Fn(usize, u64, u64) -> Fut,
+        Fut: std::future::Future<Output = Result<(Bytes, G)>>,
+    {
+        let (progress, ahead) = (&NoProgress, None);
+        self.upload_blocks(
+            dst, key, plan, size, None, key, class, progress, ahead, block,
+        )
+        .await?;
         self.finished(size, plan, false);
         Ok(size)
     }
@@ -190,21 +196,7 @@ impl Engine {
                 .and_then(Option::take);
             async move { part.ok_or_else(|| Error::Permanent(format!("block {i} taken twice"))) }
         };
-        self.upload_blocks(
-            dst,
-            key,
-            plan,
-            size,
-            None,
-            key,
-            class,
-            &NoProgress,
-            None,
-            take,
-        )
-        .await?;
-        self.finished(size, plan, false);
-        Ok(size)
+        self.upload_planned(dst, key, plan, size, class, take).await
     }
 
     /// Writes `data` to `key` in one request, with the digest `dst` keeps.
