@@ -62,6 +62,13 @@ impl WalAccess {
         ))
     }
 
+    /// Opens connections to the archive's store without waiting, for an agent about to move
+    /// many files at once: they are ready by the time its first files go out, instead of
+    /// each costing its first request a round trip more.
+    pub fn warm(&self) {
+        self.plain().warm();
+    }
+
     /// True when the place is a ferry repository: its archive is then encrypted. One HEAD.
     pub async fn is_repository(&self) -> Result<bool> {
         Repo::exists(&self.remote, &self.root).await

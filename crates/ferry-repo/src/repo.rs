@@ -371,7 +371,7 @@ impl Repo {
         } else {
             buffer::bytes(body)
         };
-        self.remote.upload_bytes(body, key).await
+        self.remote.upload_bytes(body, key, None).await
     }
 
     /// A whole object.

@@ -313,7 +313,7 @@ impl Objects {
             false => None,
         };
         let len = body.len() as u64;
-        remote.upload_bytes(body, &full).await?;
+        remote.upload_bytes(body, &full, None).await?;
         self.listings.wrote(&full, len);
         reserved.keep();
         if let (Some(used), Some(old)) = (t.used.get(), old) {
@@ -344,7 +344,7 @@ impl Objects {
         // Blocks too are create-only for an append-only tenant: another holder of its token
         // must not swap a block of a session under way.
         let _claim = self.create_only(t, &remote, &full).await?;
-        remote.upload_bytes(body, &full).await?;
+        remote.upload_bytes(body, &full, None).await?;
         reserved.keep();
         Ok(())
     }

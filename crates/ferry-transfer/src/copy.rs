@@ -8,6 +8,7 @@ use ferry_store::{BlockId, Error, Meta, ObjectInfo, Result, Upload, META_BLOCKS,
 use futures::{StreamExt, TryStreamExt};
 
 use crate::digest::{self, BlockSum, Need};
+use crate::started::Started;
 use crate::{sum_of, BlockPlan, Class, Engine, Progress, SharedStore, ABORT_TIMEOUT};
 
 /// Leftovers of a completed upload deleted at once: one request each, about 200 for 1 GiB
@@ -159,6 +160,7 @@ impl Engine {
             class,
             progress,
             src.is_local().then_some(READ_AHEAD),
+            None,
             read,
         )
         .await?;
@@ -208,9 +210,10 @@ impl Engine {
         Ok(whole.freeze())
     }
 
-    /// Writes the blocks of `plan` for `size` bytes to `dst_key` as one upload, each got from
-    /// `block(i, offset, len)` with whatever must live while it is sent (its memory), then
-    /// commits it, checked against `expect`, the digest of `src_name`; aborts on failure.
+    /// Writes the blocks of `plan` for `size` bytes to `dst_key` as one upload (the one
+    /// `started` began, or a new one), each got from `block(i, offset, len)` with whatever
+    /// must live while it is sent (its memory), then commits it, checked against `expect`,
+    /// the digest of `src_name`; aborts on failure.
     ///
     /// A block is got and hashed before its request takes a slot, so that a slot is a request
     /// on the wire. `ahead` bounds the blocks got and waiting for a slot, for a `block` that
@@ -219,26 +222,15 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn upload_blocks<F, Fut, G>(
         &self, dst: &SharedStore, dst_key: &str, plan: BlockPlan, size: u64, expect: Option<&str>,
-        src_name: &str, class: Class, progress: &dyn Progress, ahead: Option<usize>, block: F,
+        src_name: &str, class: Class, progress: &dyn Progress, ahead: Option<usize>,
+        started: Option<Started>, block: F,
     ) -> Result<()>
     where
         F: Fn(usize, u64, u64) -> Fut,
         Fut: std::future::Future<Output = Result<(Bytes, G)>>,
     {
         let blocks = plan.blocks(size);
-        // The first blocks go out as soon as the upload has started, each on a connection:
-        // open them meanwhile when the object fills more than a wave (a WAL segment does
-        // not, and wal-push is a process per segment).
-        let wave = self.sched.limit();
-        if blocks.len() > wave {
-            self.warm(dst, dst_key, wave);
-        }
-        let what = format!("start upload of {dst_key}");
-        let start_meta = meta_with(plan, None);
-        let up = self
-            .retry(&what, 0, || dst.start_upload(dst_key, &start_meta))
-            .await?;
-        let up = &up;
+        let up = &self.begun(dst, dst_key, size, plan, started).await?;
         let need = Need::for_copy(expect, dst.digest_kind());
         let block = &block;
         let ahead = ahead.map(tokio::sync::Semaphore::new);

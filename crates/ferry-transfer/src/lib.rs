@@ -12,6 +12,7 @@ pub mod plan;
 mod remote;
 pub mod retry;
 pub mod scheduler;
+mod started;
 mod stream;
 mod tuner;
 mod yielding;
@@ -30,6 +31,7 @@ pub use plan::BlockPlan;
 pub use remote::{Described, Remote};
 pub use retry::RetryPolicy;
 pub use scheduler::{Class, Scheduler};
+pub use started::Started;
 
 /// A store shared between the engine's tasks.
 pub type SharedStore = Arc<dyn Store>;

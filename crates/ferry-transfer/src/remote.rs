@@ -12,7 +12,7 @@ use bytes::Bytes;
 use ferry_store::{ObjectInfo, Result};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::{Class, Engine, NoProgress, Progress, SharedStore};
+use crate::{Class, Engine, NoProgress, Progress, SharedStore, Started};
 
 /// An object as a [`Remote::describe`] found it, with all the store said of it (a listing's
 /// entries lack the metadata a copy checks its bytes by, so they are no description).
@@ -128,10 +128,26 @@ impl Remote {
         self.engine.request_once(self.class, op).await
     }
 
-    /// Writes `data`, already in memory, to `key` in blocks sent in parallel.
-    pub async fn upload_bytes(&self, data: Bytes, key: &str) -> Result<u64> {
+    /// Starts the upload of an object of `size` bytes to `key` before its bytes may go, so
+    /// that its round trip overlaps what the caller waits for meanwhile; `None` when one
+    /// request will carry the object (nothing to start). Hand it to [`Remote::upload_bytes`]
+    /// or [`Remote::upload_held`] of that key and size, or to [`Remote::abandon`].
+    pub fn start_upload(&self, key: &str, size: u64) -> Option<Started> {
+        self.engine.start_ahead(&self.store, key, size)
+    }
+
+    /// Aborts the upload `started` began: the object is not to be written after all.
+    pub async fn abandon(&self, started: Started) {
+        self.engine.abandon(&self.store, started).await
+    }
+
+    /// Writes `data`, already in memory, to `key` in blocks sent in parallel, through the
+    /// upload `started` began for it, if any.
+    pub async fn upload_bytes(
+        &self, data: Bytes, key: &str, started: Option<Started>,
+    ) -> Result<u64> {
         self.engine
-            .upload_bytes(data, &self.store, key, self.class)
+            .upload_bytes(data, &self.store, key, self.class, started)
             .await
     }
 
@@ -139,9 +155,10 @@ impl Remote {
     /// each block's share of it returns as that block is answered.
     pub async fn upload_held(
         &self, data: Bytes, key: &str, held: tokio::sync::OwnedSemaphorePermit,
+        started: Option<Started>,
     ) -> Result<u64> {
         self.engine
-            .upload_held(data, &self.store, key, self.class, held)
+            .upload_held(data, &self.store, key, self.class, held, started)
             .await
     }
 
@@ -193,12 +210,18 @@ impl Remote {
             .await
     }
 
+    /// Opens connections to the store for a first wave of requests (one of them to `key`),
+    /// without waiting: for a program about to send many at once, as its first.
+    pub fn warm(&self, key: &str) {
+        let wave = self.engine.scheduler().limit();
+        self.engine.warm(&self.store, key, wave);
+    }
+
     /// `key` as the store describes it now, for [`Remote::copy_described_to`]. The
     /// connections the copy's first blocks will need open meanwhile (the size is not known
     /// yet: a small object's copy costs a few HEADs more).
     pub async fn describe(&self, key: &str) -> Result<Described> {
-        let wave = self.engine.scheduler().limit();
-        self.engine.warm(&self.store, key, wave);
+        self.warm(key);
         self.head(key).await.map(Described)
     }
 

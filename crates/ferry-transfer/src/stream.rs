@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::copy::{check, expected_digest, meta_with, whole_meta};
 use crate::digest::{BlockSum, Need};
+use crate::started::Started;
 use crate::{sum_of, BlockPlan, Class, Engine, NoProgress, Progress, SharedStore};
 
 async fn read_block<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> Result<Bytes> {
@@ -123,13 +124,17 @@ impl Engine {
         Ok(off)
     }
 
-    /// Uploads `data`, already in memory, to `key`; its blocks are slices of it, not copies.
+    /// Uploads `data`, already in memory, to `key` (through the upload `started` began, if
+    /// any); its blocks are slices of it, not copies.
     pub(crate) async fn upload_bytes(
-        &self, data: Bytes, dst: &SharedStore, key: &str, class: Class,
+        &self, data: Bytes, dst: &SharedStore, key: &str, class: Class, started: Option<Started>,
     ) -> Result<u64> {
         let size = data.len() as u64;
         let plan = BlockPlan::for_size(size, dst.limits(), self.cfg.block_size);
         if plan.blocks(size).len() <= 1 {
+            if let Some(s) = started {
+                self.abandon(dst, s).await;
+            }
             self.put_whole(data, dst, key, plan, class).await?;
             self.sched.record(size);
             self.finished(size, plan, false);
@@ -139,14 +144,16 @@ impl Engine {
             let block = data.slice(off as usize..(off + len) as usize);
             async move { Ok((block, ())) }
         };
-        self.upload_planned(dst, key, plan, size, class, slice)
+        self.upload_planned(dst, key, plan, size, class, started, slice)
             .await
     }
 
     /// Sends the `size` bytes of `key` in the blocks of `plan`, each from `block` with what
-    /// it holds until answered, as one upload.
+    /// it holds until answered, as one upload (the one `started` began, or a new one).
+    #[allow(clippy::too_many_arguments)]
     async fn upload_planned<F, Fut, G>(
-        &self, dst: &SharedStore, key: &str, plan: BlockPlan, size: u64, class: Class, block: F,
+        &self, dst: &SharedStore, key: &str, plan: BlockPlan, size: u64, class: Class,
+        started: Option<Started>, block: F,
     ) -> Result<u64>
     where
         F: Fn(usize, u64, u64) -> Fut,
@@ -154,7 +161,7 @@ impl Engine {
     {
         let (progress, ahead) = (&NoProgress, None);
         self.upload_blocks(
-            dst, key, plan, size, None, key, class, progress, ahead, block,
+            dst, key, plan, size, None, key, class, progress, ahead, started, block,
         )
         .await?;
         self.finished(size, plan, false);
@@ -165,18 +172,18 @@ impl Engine {
     /// with `held`: each block is copied out on its own (slices of `data` would keep all of
     /// it alive to the end), `data` and what `held` counts beyond the blocks go at once, and
     /// each block's share returns when the store has answered it, not when the upload is
-    /// completed: the completion's round trip holds none. An object sent whole holds its
-    /// size until stored.
+    /// completed: the completion's round trip holds none (nor the wait for the upload
+    /// `started` began, when given). An object sent whole holds its size until stored.
     pub(crate) async fn upload_held(
         &self, data: Bytes, dst: &SharedStore, key: &str, class: Class,
-        mut held: crate::scheduler::Memory,
+        mut held: crate::scheduler::Memory, started: Option<Started>,
     ) -> Result<u64> {
         let size = data.len() as u64;
         let plan = BlockPlan::for_size(size, dst.limits(), self.cfg.block_size);
         let blocks = plan.blocks(size);
         if blocks.len() <= 1 {
             drop(held.split(held.num_permits() - data.len().min(held.num_permits())));
-            return self.upload_bytes(data, dst, key, class).await;
+            return self.upload_bytes(data, dst, key, class, started).await;
         }
         let parts: Vec<_> = blocks
             .iter()
@@ -196,7 +203,8 @@ impl Engine {
                 .and_then(Option::take);
             async move { part.ok_or_else(|| Error::Permanent(format!("block {i} taken twice"))) }
         };
-        self.upload_planned(dst, key, plan, size, class, take).await
+        self.upload_planned(dst, key, plan, size, class, started, take)
+            .await
     }
 
     /// Writes `data` to `key` in one request, with the digest `dst` keeps.

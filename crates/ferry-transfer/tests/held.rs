@@ -42,7 +42,10 @@ async fn held_at_each_write(body: &Bytes) -> Vec<(String, usize)> {
         .acquire_many_owned(2 * body.len() as u32)
         .await
         .unwrap();
-    remote.upload_held(body.clone(), "seg", held).await.unwrap();
+    remote
+        .upload_held(body.clone(), "seg", held, None)
+        .await
+        .unwrap();
     assert_eq!(store.bytes("seg").unwrap(), *body);
     assert_eq!(budget.available_permits(), TOTAL, "memory not given back");
     assert_eq!(store.open_uploads(), 0);

@@ -108,7 +108,7 @@ async fn uneven_pieces_are_checked_and_an_object_changed_after_its_description_i
     let body = pattern(size, 7);
     let src = Arc::new(MemoryStore::recording(DigestKind::Blake3).remote());
     let (dst, s, d) = engine_over(&src, 5 * MIB);
-    s.upload_bytes(body.clone(), "obj").await.unwrap();
+    s.upload_bytes(body.clone(), "obj", None).await.unwrap();
 
     let obj = s.describe("obj").await.unwrap();
     s.copy_described_to(&obj, &d, "copy", &NoProgress)
@@ -124,7 +124,7 @@ async fn uneven_pieces_are_checked_and_an_object_changed_after_its_description_i
     // Written again between its description and the copy: the bytes read are the new
     // object's, the digest the old one's. Refused, and nothing appears.
     let obj = s.describe("obj").await.unwrap();
-    s.upload_bytes(pattern(size, 9), "obj").await.unwrap();
+    s.upload_bytes(pattern(size, 9), "obj", None).await.unwrap();
     let err = s
         .copy_described_to(&obj, &d, "copy2", &NoProgress)
         .await

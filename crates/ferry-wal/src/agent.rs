@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use crate::archive::{Archive, Gap, Prepared};
+use crate::archive::{Archive, Gap};
 use crate::name::WalName;
 use crate::push::{name_of, queued, read_wal};
 use crate::spool::Spool;
@@ -44,11 +44,11 @@ pub struct PushAgent {
 }
 
 impl PushAgent {
-    /// Runs until idle; returns at once when another agent holds the spool.
-    pub async fn run(self) -> Result<()> {
-        let Some(_lock) = self.spool.try_lock("push")? else {
-            return Ok(());
-        };
+    /// Runs until idle, holding `lock`: the spool's `push` lock ([`Spool::try_lock`]), taken
+    /// before the archive was opened, so that agents started meanwhile (wal-push starts one
+    /// every 100 ms until one holds it) leave before they send a request.
+    pub async fn run(self, lock: std::fs::File) -> Result<()> {
+        let _lock = lock;
         self.spool
             .claim("out", &self.archive.url(), Spool::is_verdict)?;
         let stop = self.spool.path("out/stop");
@@ -206,19 +206,16 @@ async fn push_held(
         .await
         .map_err(|e| ferry_transfer::Error::io(path.display(), e))?;
     let permits = |bytes: u64| (bytes as usize).clamp(1, total).min(u32::MAX as usize) as u32;
-    // Waiting here, in the order files were taken, rather than reading past the budget.
-    let held = memory
-        .clone()
-        .acquire_many_owned(permits(2 * meta.len()))
-        .await
-        .expect("never closed");
-    let pushed = match archive.prepare(&name, read_wal(path).await?).await? {
-        Prepared::Done(p) => p,
-        Prepared::Sealed(sealed) => {
-            // The original is gone. Still held twice over: the sealed object's blocks are
-            // copied out of it, then each holds its own share until the store answers it.
-            archive.store_held(sealed, held).await?
-        }
+    let read = async {
+        // Waiting here, in the order files were taken, rather than reading past the budget;
+        // the existence check is out meanwhile.
+        let held = memory
+            .clone()
+            .acquire_many_owned(permits(2 * meta.len()))
+            .await
+            .expect("never closed");
+        Ok((read_wal(path).await?, Some(held)))
     };
+    let pushed = archive.push_read(&name, read).await?;
     Ok((pushed.header().hash_hex(), meta))
 }

@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use ferry_transfer::{Class, NoProgress, Remote};
+use bytes::Bytes;
+use ferry_transfer::{Class, NoProgress, Remote, Started};
 use ferry_transfer::{Error, ObjectInfo, Result};
 use serde::{Deserialize, Serialize};
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, OwnedSemaphorePermit};
 
 use crate::envelope::{self, Cipher, Header, WalKey, HEADER_LEN};
 use crate::name::{Kind, WalName};
@@ -48,18 +49,23 @@ impl Pushed {
     }
 }
 
-/// What [`Archive::prepare`] concluded.
-#[derive(Debug)]
-pub enum Prepared {
+/// What a push concluded once the archive's copy was judged.
+enum Prepared {
     /// Nothing to store: the archive holds this content already.
     Done(Pushed),
-    /// Sealed and not in the archive: [`Archive::store`] sends it.
+    /// Sealed and not in the archive: to be stored.
     Sealed(Sealed),
 }
 
+/// A WAL file sealed for the archive, its original kept until the archive's copy is judged.
+struct Sealing {
+    header: Header,
+    obj: Vec<u8>,
+    data: Vec<u8>,
+}
+
 /// A WAL file sealed for the archive, waiting to be stored.
-#[derive(Debug)]
-pub struct Sealed {
+struct Sealed {
     key: String,
     header: Header,
     obj: Vec<u8>,
@@ -117,6 +123,12 @@ impl Archive {
         } else {
             format!("{}/wal/{rel}", self.root)
         }
+    }
+
+    /// Opens connections to the store without waiting, for a program about to move many
+    /// files at once (see [`Remote::warm`]).
+    pub fn warm(&self) {
+        self.store.warm(&self.key("cluster.json"));
     }
 
     /// Where the archive lives, for messages.
@@ -237,16 +249,57 @@ impl Archive {
     /// Archives `data` as `name`. Succeeds without writing when the archive already holds the
     /// same content; refuses to replace different content.
     pub async fn push(&self, name: &WalName, data: Vec<u8>) -> Result<Pushed> {
-        match self.prepare(name, data).await? {
+        self.push_read(name, async { Ok((data, None)) }).await
+    }
+
+    /// [`Archive::push`] of the file `read` yields, with what it holds of the caller's memory
+    /// budget (twice the file: the original and its sealed copy). The existence check goes
+    /// out before `read` is awaited (it may wait its turn for memory), the upload is started
+    /// as soon as the file is sealed, while that check may still be out, the original is
+    /// dropped once the check has answered, and each block's share of `held` returns as the
+    /// store answers that block.
+    pub async fn push_read<R>(&self, name: &WalName, read: R) -> Result<Pushed>
+    where
+        R: std::future::Future<Output = Result<(Vec<u8>, Option<OwnedSemaphorePermit>)>>,
+    {
+        let sealing = async {
+            let (data, held) = read.await?;
+            let (sealing, started) = self.seal(name, data).await?;
+            Ok::<_, Error>((sealing, held, started))
+        };
+        // The existence check, the ownership check, compression and the upload's start
+        // overlap: a sync push (a new process per segment) pays their round trips once, not
+        // in turn, and the agent's memory is not held while the existence check goes out.
+        let (existing, sealed) = tokio::join!(self.peek(name), sealing);
+        let (sealing, held, started) = sealed?;
+        let verdict = self.judge(name, existing, sealing).await;
+        let started = match (&verdict, started) {
+            (Ok(Prepared::Sealed(_)), started) => started,
+            (_, Some(s)) => {
+                self.store.abandon(s).await;
+                None
+            }
+            (_, None) => None,
+        };
+        match verdict? {
             Prepared::Done(p) => Ok(p),
-            Prepared::Sealed(s) => self.store(s).await,
+            Prepared::Sealed(Sealed { key, header, obj }) => {
+                let obj = Bytes::from(obj);
+                let bytes = match held {
+                    Some(held) => self.store.upload_held(obj, &key, held, started).await?,
+                    None => self.store.upload_bytes(obj, &key, started).await?,
+                };
+                Ok(Pushed::Stored { header, bytes })
+            }
         }
     }
 
-    /// The first half of [`Archive::push`]: checks `data`, seals it and looks at what the
-    /// archive holds under `name`. The original is dropped before it returns: a caller
-    /// holding many files at once holds the sealed object alone from here on.
-    pub async fn prepare(&self, name: &WalName, data: Vec<u8>) -> Result<Prepared> {
+    /// Checks `data` as a WAL file named `name`, claims the archive for its cluster and seals
+    /// it, the claim and compression at once; the upload of the sealed object is started as
+    /// soon as it is sealed, ahead of the claim's answer and of the caller's existence check
+    /// (a file already archived, a retry or a crash, is rare: that upload is then aborted,
+    /// as it is when the claim fails).
+    async fn seal(&self, name: &WalName, data: Vec<u8>) -> Result<(Sealing, Option<Started>)> {
         let segment = match name.kind() {
             Kind::Segment | Kind::Partial => Some(page::read(name, &data)?),
             _ => None,
@@ -258,15 +311,35 @@ impl Archive {
             }
         };
         let (level, key, file) = (self.level, self.key.clone(), name.to_string());
-        let sealing = tokio::task::spawn_blocking(move || {
-            envelope::seal(&data, level, &file, key.as_ref()).map(|(h, obj)| (h, obj, data))
-        });
-        // The ownership check, the existence check and compression overlap: a sync push
-        // (a new process per segment) pays their round trips once, not in turn.
-        let (claimed, existing, sealed) = tokio::join!(claim, self.peek(name), sealing);
-        claimed?;
-        let (header, obj, data) =
-            sealed.map_err(|e| Error::Permanent(format!("compress: {e}")))??;
+        let sealing = async {
+            let (header, obj, data) = tokio::task::spawn_blocking(move || {
+                envelope::seal(&data, level, &file, key.as_ref()).map(|(h, obj)| (h, obj, data))
+            })
+            .await
+            .map_err(|e| Error::Permanent(format!("compress: {e}")))??;
+            let started = self
+                .store
+                .start_upload(&self.key(&name.key()), obj.len() as u64);
+            Ok::<_, Error>((Sealing { header, obj, data }, started))
+        };
+        let (claimed, sealed) = tokio::join!(claim, sealing);
+        let (sealing, started) = sealed?;
+        if let Err(e) = claimed {
+            if let Some(s) = started {
+                self.store.abandon(s).await;
+            }
+            return Err(e);
+        }
+        Ok((sealing, started))
+    }
+
+    /// What to do with `sealing`, given what the archive holds under `name` (`existing`).
+    /// The original is dropped before it returns: a caller holding many files at once holds
+    /// the sealed object alone from here on.
+    async fn judge(
+        &self, name: &WalName, existing: Result<Header>, sealing: Sealing,
+    ) -> Result<Prepared> {
+        let Sealing { header, obj, data } = sealing;
         match existing {
             // The header speaks only for itself: before PostgreSQL is told the file is safe
             // (and recycles it), the stored copy is read back and checked whole against that
@@ -313,23 +386,6 @@ impl Archive {
             header,
             obj,
         }))
-    }
-
-    /// The second half of [`Archive::push`]: stores what [`Archive::prepare`] sealed.
-    pub async fn store(&self, sealed: Sealed) -> Result<Pushed> {
-        let Sealed { key, header, obj } = sealed;
-        let bytes = self.store.upload_bytes(obj.into(), &key).await?;
-        Ok(Pushed::Stored { header, bytes })
-    }
-
-    /// [`Archive::store`] for a caller counting the sealed object in a memory budget with
-    /// `held`: each block's share returns as the store answers it.
-    pub async fn store_held(
-        &self, sealed: Sealed, held: tokio::sync::OwnedSemaphorePermit,
-    ) -> Result<Pushed> {
-        let Sealed { key, header, obj } = sealed;
-        let bytes = self.store.upload_held(obj.into(), &key, held).await?;
-        Ok(Pushed::Stored { header, bytes })
     }
 
     fn differs(&self, name: &WalName) -> Error {

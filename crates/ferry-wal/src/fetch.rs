@@ -110,11 +110,12 @@ pub struct FetchAgent {
 }
 
 impl FetchAgent {
-    /// Runs until PostgreSQL stops asking; returns at once when another agent holds the spool.
-    pub async fn run(self) -> Result<()> {
-        let Some(_lock) = self.spool.try_lock("fetch")? else {
-            return Ok(());
-        };
+    /// Runs until PostgreSQL stops asking, holding `lock`: the spool's `fetch` lock
+    /// ([`Spool::try_lock`]), taken before the archive was opened (see [`PushAgent::run`]).
+    ///
+    /// [`PushAgent::run`]: crate::agent::PushAgent::run
+    pub async fn run(self, lock: std::fs::File) -> Result<()> {
+        let _lock = lock;
         let Some(cluster) = self.archive.cluster().await? else {
             return Ok(()); // an empty archive: nothing to look ahead in
         };

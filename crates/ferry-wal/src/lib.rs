@@ -21,7 +21,7 @@ pub mod spawn;
 pub mod spool;
 pub mod status;
 
-pub use archive::{Archive, Cluster, Gap, Prepared, Pushed, Sealed};
+pub use archive::{Archive, Cluster, Gap, Pushed};
 pub use envelope::WalKey;
 pub use name::{Kind, WalName};
 pub use spool::Spool;

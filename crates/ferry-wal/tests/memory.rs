@@ -158,6 +158,54 @@ async fn a_second_push_is_already_archived_or_refused() {
     assert_eq!(a.fetch(&n).await.unwrap(), seg);
 }
 
+/// A segment whose records are bytes zstd cannot shrink: sealed, it is more than one block,
+/// and its upload is started before the archive has said whether it holds the name.
+fn incompressible(n: &WalName, fill: u8) -> Vec<u8> {
+    let mut d = segment(n, SYSTEM_ID, fill);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(fill);
+    for b in d[40..].iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    d
+}
+
+#[tokio::test]
+async fn a_push_that_stores_nothing_leaves_no_upload_behind() {
+    let store = Arc::new(MemoryStore::new());
+    let a = archive(&store, None);
+    let n = name("000000010000000000000004");
+    let seg = incompressible(&n, 1);
+    let first = a.push(&n, seg.clone()).await.unwrap();
+    assert!(
+        matches!(first, Pushed::Stored { bytes, .. } if bytes > SEG),
+        "not more than a block: {first:?}"
+    );
+    assert_eq!(store.open_uploads(), 0);
+    // Again (PostgreSQL retrying after a lost ack): the upload started meanwhile is aborted.
+    let again = a.push(&n, seg.clone()).await.unwrap();
+    assert!(matches!(again, Pushed::AlreadyArchived(_)), "{again:?}");
+    assert_eq!(store.open_uploads(), 0);
+    // Other content under the name: refused, and so is its upload.
+    let refused = a.push(&n, incompressible(&n, 2)).await;
+    assert!(
+        matches!(refused, Err(Error::AlreadyExists(_))),
+        "{refused:?}"
+    );
+    assert_eq!(store.open_uploads(), 0);
+    assert_eq!(a.fetch(&n).await.unwrap(), seg);
+    // Another cluster's segment: refused before any upload starts.
+    let n5 = name("000000010000000000000005");
+    let mut foreign = incompressible(&n5, 3);
+    foreign[24..32].copy_from_slice(&(SYSTEM_ID + 1).to_le_bytes());
+    let refused = a.push(&n5, foreign).await;
+    assert!(matches!(refused, Err(Error::Invalid(_))), "{refused:?}");
+    assert_eq!(store.open_uploads(), 0);
+    assert!(store.bytes(&object_key(&n5)).is_none());
+}
+
 #[tokio::test]
 async fn list_is_in_key_order_and_status_counts_it() {
     let store = Arc::new(MemoryStore::new());

@@ -236,11 +236,20 @@ pub async fn agent_cmd(args: &WalAgentArgs, ctx: &mut Ctx) -> Result<()> {
     let pg_wal = args.pg_wal.clone().unwrap_or_else(|| here.join("pg_wal"));
     let wal = stores.settings().wal(&args.wal, &here)?;
     let spool = Spool::open(&wal.spool)?;
-    // Once per agent: the repository's key serves every file it pushes or prefetches.
-    let archive = agents::access(g, stores, wal.compress_level)?
-        .keyed(agents::ask(g))
-        .await?;
-    match args.role.as_str() {
+    let role = args.role.as_str();
+    if !matches!(role, "push" | "fetch") {
+        bail!("unknown agent role '{role}'");
+    }
+    // The agent is whoever holds the lock: the others leave before sending a request.
+    let Some(lock) = spool.try_lock(role)? else {
+        return Ok(());
+    };
+    // Once per agent: the repository's key serves every file it pushes or prefetches. Its
+    // first files go out on connections opened while the marker is read.
+    let access = agents::access(g, stores, wal.compress_level)?;
+    access.warm();
+    let archive = access.keyed(agents::ask(g)).await?;
+    match role {
         "push" => {
             PushAgent {
                 archive,
@@ -253,20 +262,19 @@ pub async fn agent_cmd(args: &WalAgentArgs, ctx: &mut Ctx) -> Result<()> {
                 memory: stores.settings().engine.max_memory / 4 * 3,
                 idle: AGENT_IDLE,
             }
-            .run()
+            .run(lock)
             .await?
         }
-        "fetch" => {
+        _ => {
             FetchAgent {
                 archive,
                 spool,
                 depth: wal.prefetch.max(1),
                 idle: AGENT_IDLE,
             }
-            .run()
+            .run(lock)
             .await?
         }
-        r => bail!("unknown agent role '{r}'"),
     }
     Ok(())
 }
