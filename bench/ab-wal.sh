@@ -12,6 +12,9 @@ trap 'link_down' EXIT
 link_up 4
 W=$BENCH_DIR/work
 RCLONE=$TOOLS/rclone
+# rclone empties the bucket between runs: without it every run after the first would find its
+# segments already archived and time the read-back instead (seen on a fresh machine).
+[ -x "$RCLONE" ] || scripts/install-tools rclone >&2
 export RCLONE_CONFIG=/dev/null RCLONE_CONFIG_B_TYPE=s3 RCLONE_CONFIG_B_PROVIDER=Minio \
   RCLONE_CONFIG_B_ENDPOINT=http://127.0.0.1:9000 RCLONE_CONFIG_B_ACCESS_KEY_ID=minioadmin \
   RCLONE_CONFIG_B_SECRET_ACCESS_KEY=minioadmin
@@ -38,6 +41,7 @@ for r in $(seq "${REPEAT:-3}"); do
     got=$(nsx "$RCLONE" lsf -R --files-only b:bench/wal/wal 2>/dev/null | grep -c '^000000010000' || :)
     t=$(echo "$e - $s" | bc)
     printf "%s run %d %s wal %.2f s %.1f MB/s segs %s/%s %s\n" "$PROFILE" "$r" "$(basename $b)" "$t" "$(echo "$segs*16777216/$t/1000000" | bc -l)" "$got" "$segs" "$peak"
-    nsx "$RCLONE" delete b:bench >/dev/null 2>&1 || true
+    nsx "$RCLONE" delete b:bench >/dev/null 2>&1 || { echo "ab-wal.sh: cannot empty the bucket" >&2; exit 1; }
+    [ "$got" = "$segs" ] || echo "FAIL: $got of $segs segments archived"
   done
 done

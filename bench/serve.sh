@@ -8,7 +8,9 @@
 #   2. WAL: every tenant pushes WAL_MIB of fresh data every WAL_INTERVAL s (`restic backup
 #      --stdin-from-command`, or WAL_CLIENT=http: a POST of one data file on a kept-alive
 #      connection), alone for BASE_SECS, then for FLOOD_SECS under the flood:
-#   3. BACKUPS tenants back up BACKUP_MB of fresh random data, again and again; RESTORES tenants
+#   3. BACKUPS tenants back up BACKUP_MB of fresh random data, again and again (or, with
+#      BACKUP_CLIENT=http, POST it as 16 MiB packs on PACK_STREAMS connections each, without
+#      restic's CPU: what the server does when its clients are other machines); RESTORES tenants
 #      restore their snapshot, again and again; one more tenant runs `forget --keep-last 1
 #      --prune` once (MAINT=1). Per-tenant backup MB/s -> Jain's index.
 #   4. All TENANTS start a backup of SYNC_MB in the same second: failures, refused connections,
@@ -22,6 +24,7 @@ TENANTS=${TENANTS:-50} BACKUPS=${BACKUPS:-10} RESTORES=${RESTORES:-5}
 BASE_SECS=${BASE_SECS:-30} FLOOD_SECS=${FLOOD_SECS:-60} WAL_INTERVAL=${WAL_INTERVAL:-1} WAL_MIB=${WAL_MIB:-1}
 BACKUP_MB=${BACKUP_MB:-200} SYNC_MB=${SYNC_MB:-20} TARGETS=${TARGETS:-local s3} REPEAT=${REPEAT:-1}
 SERVERS=${SERVERS:-ferry rest-server} WAL_CLIENT=${WAL_CLIENT:-restic} MAINT=${MAINT:-1}
+BACKUP_CLIENT=${BACKUP_CLIENT:-restic} PACK_STREAMS=${PACK_STREAMS:-2}
 FAST_KDF=${FAST_KDF:-1} KDF_N=${KDF_N:-1024} SYNC_TIMEOUT=${SYNC_TIMEOUT:-600} CLIENT_NICE=${CLIENT_NICE:-19}
 OUT=${OUT:-/tmp/ferry-bench-serve.json}
 FERRY_PORT=8443 REST_PORT=8000
@@ -125,7 +128,8 @@ json.dump({"server": "$col", "url": "$URL", "ca": "$CA", "restic": "$RESTIC", "w
   "files": {"restore": "$W/files/restore.bin", "sync": "$W/files/sync.bin"},
   "backups": $BACKUPS, "restores": $RESTORES, "base_secs": $BASE_SECS, "flood_secs": $FLOOD_SECS,
   "wal_interval": $WAL_INTERVAL, "wal_mib": $WAL_MIB, "backup_mb": $BACKUP_MB, "sync_mb": $SYNC_MB,
-  "wal_client": "$WAL_CLIENT", "fast_kdf": $FAST_KDF, "kdf_n": $KDF_N, "maint": $MAINT, "maint_snaps": 10,
+  "wal_client": "$WAL_CLIENT", "backup_client": "$BACKUP_CLIENT", "pack_streams": $PACK_STREAMS,
+  "fast_kdf": $FAST_KDF, "kdf_n": $KDF_N, "maint": $MAINT, "maint_snaps": 10,
   "maint_timeout": 1800, "sync_timeout": $SYNC_TIMEOUT, "client_nice": $CLIENT_NICE}, open(sys.argv[1], "w"))
 PY
   nsx python3 bench/serve/drive.py "$run/config.json" "$W/results/$col--$rep.json"
@@ -149,7 +153,8 @@ python3 - "$W/meta.json" <<PY
 import json, sys
 json.dump({"tenants": $TENANTS, "backups": $BACKUPS, "restores": $RESTORES, "base_secs": $BASE_SECS,
   "flood_secs": $FLOOD_SECS, "wal_interval": $WAL_INTERVAL, "wal_mib": $WAL_MIB, "backup_mb": $BACKUP_MB,
-  "sync_mb": $SYNC_MB, "wal_client": "$WAL_CLIENT", "fast_kdf": $FAST_KDF, "kdf_n": $KDF_N, "repeat": $REPEAT,
+  "sync_mb": $SYNC_MB, "wal_client": "$WAL_CLIENT", "backup_client": "$BACKUP_CLIENT", "pack_streams": $PACK_STREAMS,
+  "fast_kdf": $FAST_KDF, "kdf_n": $KDF_N, "repeat": $REPEAT,
   "client_nice": $CLIENT_NICE, "link_nice": $LINK_NICE, "store_nice": $STORE_NICE, "targets": "$TARGETS", "profile": "$PROFILE", "rtt_ms": $RTT_MS, "conn_mbps": $CONN_MBPS, "agg_mbps": $AGG_MBPS,
   "rest_server": "$REST_VERSION", "restic": "$RESTIC_VERSION", "load_start": "$LOAD_START",
   "load_end": "$(cut -d' ' -f1 /proc/loadavg)"}, open(sys.argv[1], "w"))

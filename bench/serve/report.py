@@ -186,7 +186,8 @@ order = ["ferry-local", "rest-server-local", "ferry-s3"]
 columns = sorted(cols, key=lambda c: order.index(c) if c in order else len(order))
 names = {"ferry-local": "ferry serve", "rest-server-local": "rest-server", "ferry-s3": "ferry serve s3"}
 print(f"\nferry serve vs rest-server {meta['rest_server']}, clients restic {meta['restic']}; "
-      f"{meta['tenants']} tenants ({meta['backups']} backing up {meta['backup_mb']} MB of fresh data a run, "
+      f"{meta['tenants']} tenants ({meta['backups']} backing up {meta['backup_mb']} MB of fresh data a run"
+      f"{' as 16 MiB packs over http, %s streams each' % meta['pack_streams'] if meta.get('backup_client') == 'http' else ''}, "
       f"{meta['restores']} restoring {meta['backup_mb']} MB), WAL {meta['wal_mib']} MiB every {meta['wal_interval']} s "
       f"via {meta['wal_client']}; {meta['base_secs']} s alone, {meta['flood_secs']} s flood; sync start "
       f"{meta['sync_mb']} MB each; medians of {meta['repeat']} run(s); load {meta['load_start']} -> {meta['load_end']}; "
