@@ -52,7 +52,7 @@ fn an_agent_finding_the_lock_held_leaves_without_a_request() {
         ("FERRY_WAL_SPOOL", s(&spool)),
     ];
     for role in ["push", "fetch"] {
-        let mut holder = hold(&spool.join(format!("{role}.lock")));
+        let holder = hold(&spool.join(format!("{role}.lock")));
         let out = ferry_env(&["wal-agent", role, "--pg-wal", s(&pg_wal)], &env, None);
         release(holder);
         let err = String::from_utf8_lossy(&out.stderr);
