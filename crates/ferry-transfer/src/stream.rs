@@ -8,7 +8,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
 
-use crate::copy::{check, expected_digest, meta_with, whole_meta};
+use crate::copy::{check, expected_digest, whole_meta};
 use crate::digest::{BlockSum, Need};
 use crate::started::Started;
 use crate::{sum_of, BlockPlan, Class, Engine, NoProgress, Progress, SharedStore};
@@ -54,11 +54,8 @@ impl Engine {
             return Ok(size);
         }
 
-        let start_meta = meta_with(plan, None);
-        let what = format!("start upload of {key}");
-        let up = self
-            .retry(&what, 0, || dst.start_upload(key, &start_meta))
-            .await?;
+        // Its blocks are not counted yet: no connections are opened ahead for them.
+        let up = self.begin(dst, key, plan, 0).await?;
         let mut tasks = JoinSet::new();
         let (mut idx, mut off) = (0usize, 0u64);
         let mut block = (first, mem);

@@ -54,7 +54,12 @@ enum Prepared {
     /// Nothing to store: the archive holds this content already.
     Done(Pushed),
     /// Sealed and not in the archive: to be stored.
-    Sealed(Sealed),
+    Sealed {
+        /// Checksum and length of the original.
+        header: Header,
+        /// The sealed object.
+        obj: Vec<u8>,
+    },
 }
 
 /// A WAL file sealed for the archive, its original kept until the archive's copy is judged.
@@ -62,13 +67,6 @@ struct Sealing {
     header: Header,
     obj: Vec<u8>,
     data: Vec<u8>,
-}
-
-/// A WAL file sealed for the archive, waiting to be stored.
-struct Sealed {
-    key: String,
-    header: Header,
-    obj: Vec<u8>,
 }
 
 /// A gap the drop policy left in the archive: PITR cannot cross it.
@@ -274,7 +272,7 @@ impl Archive {
         let (sealing, held, started) = sealed?;
         let verdict = self.judge(name, existing, sealing).await;
         let started = match (&verdict, started) {
-            (Ok(Prepared::Sealed(_)), started) => started,
+            (Ok(Prepared::Sealed { .. }), started) => started,
             (_, Some(s)) => {
                 self.store.abandon(s).await;
                 None
@@ -283,7 +281,8 @@ impl Archive {
         };
         match verdict? {
             Prepared::Done(p) => Ok(p),
-            Prepared::Sealed(Sealed { key, header, obj }) => {
+            Prepared::Sealed { header, obj } => {
+                let key = self.key(&name.key());
                 let obj = Bytes::from(obj);
                 let bytes = match held {
                     Some(held) => self.store.upload_held(obj, &key, held, started).await?,
@@ -381,11 +380,7 @@ impl Archive {
         // The original is needed no longer: with eight segments in flight, keeping each
         // 16 MiB through its upload doubled the agent's peak RSS (bench/wal.sh, 80 -> 161 MiB).
         drop(data);
-        Ok(Prepared::Sealed(Sealed {
-            key: self.key(&name.key()),
-            header,
-            obj,
-        }))
+        Ok(Prepared::Sealed { header, obj })
     }
 
     fn differs(&self, name: &WalName) -> Error {
