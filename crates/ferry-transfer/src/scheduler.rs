@@ -59,6 +59,8 @@ struct Slots {
     bulk_cap: BulkCap,
     /// When urgent work was last seen (started, waiting or written).
     urgent_seen: Instant,
+    /// When bulk work last had a request in flight; never, at first.
+    bulk_seen: Option<Instant>,
     /// Times a bulk request was let in while urgent ones waited with room (bulk's share):
     /// each delayed the urgent requests waiting then.
     urgent_passed: u64,
@@ -119,6 +121,9 @@ impl Slots {
     /// Counts a request of `class` in flight; true when it starts beyond the limit.
     fn start(&mut self, class: Class) -> bool {
         let beyond = self.in_flight >= self.tuner.limit();
+        if class == Class::Bulk {
+            self.bulk_starts(Instant::now());
+        }
         self.in_flight += 1;
         self.beyond += usize::from(beyond);
         if class == Class::Urgent {
@@ -128,8 +133,24 @@ impl Slots {
         beyond
     }
 
+    /// A bulk request starts at `now`: from its cap's floor when it is the first after a
+    /// pause of [`QUIET`] while urgent work is under way ([`BulkCap::start_low`]).
+    fn bulk_starts(&mut self, now: Instant) {
+        let paused = self.bulk_in_flight() == 0
+            && self
+                .bulk_seen
+                .is_none_or(|t| now.duration_since(t) >= QUIET);
+        if paused && (self.urgent_in_flight > 0 || !self.urgent.is_empty()) {
+            self.bulk_cap.start_low(self.tuner.limit());
+        }
+        self.bulk_seen = Some(now);
+    }
+
     /// Counts a request of `class` ended (`beyond`: as [`Slots::start`] said).
     fn end(&mut self, class: Class, beyond: bool) {
+        if class == Class::Bulk {
+            self.bulk_seen = Some(Instant::now());
+        }
         self.in_flight -= 1;
         self.beyond -= usize::from(beyond);
         self.urgent_in_flight -= usize::from(class == Class::Urgent);
@@ -204,6 +225,7 @@ impl Scheduler {
                 tuner: Tuner::new(concurrency, max, fixed).ramped(RAMP_FROM),
                 bulk_cap: BulkCap::new(),
                 urgent_seen: Instant::now(),
+                bulk_seen: None,
                 urgent_passed: 0,
             }),
             memory: Arc::new(Semaphore::new(memory)),
@@ -650,6 +672,36 @@ mod tests {
         assert!(!st.quiet(ended), "lifted the moment urgent work ended");
         assert!(st.quiet(ended + QUIET));
         assert_eq!(st.bulk_cap.get(8), 8);
+    }
+
+    #[tokio::test]
+    async fn bulk_after_a_pause_starts_low_while_urgent_work_runs() {
+        // Alone, bulk work takes the whole limit at once.
+        let s = Scheduler::new(32, 32, true, 1 << 20);
+        let bulk = bulk_slots(&s, 32).await;
+        assert_eq!(s.bulk_limit(), 32);
+        drop(bulk);
+        // Beside urgent work, bulk work from a pause starts at its floor (32 / 16)...
+        let s = Scheduler::new(32, 32, true, 1 << 20);
+        let urgent = s.slot(Class::Urgent).await;
+        let mut bulk = bulk_slots(&s, 2).await;
+        assert_eq!(s.bulk_limit(), 2);
+        assert!(
+            given(&s, Class::Bulk).await.is_none(),
+            "a third bulk request ran"
+        );
+        // ...and grows as urgent writes stay on time.
+        let mut now = Instant::now();
+        for _ in 0..3 {
+            now += Duration::from_millis(300);
+            s.urgent_written_at(1 << 20, Duration::from_millis(200), now);
+        }
+        assert_eq!(s.bulk_limit(), 4);
+        // A request that follows others without a pause does not start it over.
+        bulk.clear();
+        let next = s.slot(Class::Bulk).await;
+        assert_eq!(s.bulk_limit(), 4);
+        drop((urgent, next));
     }
 
     /// Asks for an urgent slot in a task; the slot once granted.
