@@ -10,7 +10,8 @@
 #      connection), alone for BASE_SECS, then for FLOOD_SECS under the flood:
 #   3. BACKUPS tenants back up BACKUP_MB of fresh random data, again and again (or, with
 #      BACKUP_CLIENT=http, POST it as 16 MiB packs on PACK_STREAMS connections each, without
-#      restic's CPU: what the server does when its clients are other machines); RESTORES tenants
+#      restic's CPU, a process per run at CLIENT_NICE (serve/packs.py): what the server does
+#      when its clients are other machines); RESTORES tenants
 #      restore their snapshot, again and again; one more tenant runs `forget --keep-last 1
 #      --prune` once (MAINT=1). Per-tenant backup MB/s -> Jain's index.
 #   4. All TENANTS start a backup of SYNC_MB in the same second: failures, refused connections,

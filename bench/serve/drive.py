@@ -125,11 +125,12 @@ def marks() -> dict:
 
 
 # What each process here is, by its name (/proc cuts it at 15 bytes): the flood's CPU per part.
-# "clients" are every restic process: the WAL's too with WAL_CLIENT=restic; with http the
-# WAL pushers are threads of this driver, "drive".
+# "clients" are every restic process (the WAL's too with WAL_CLIENT=restic) and every
+# BACKUP_CLIENT=http run ("packs"); with WAL_CLIENT=http the WAL pushers are threads of this
+# driver, "drive".
 GROUPS = {"restic": "clients", "head": "clients", "nice": "clients", "minio": "store",
           "toxiproxy-serve": "toxiproxy", "ferry-connect-d": "delay", "ferry": "server",
-          "rest-server": "server", "python3": "drive"}
+          "rest-server": "server", "python3": "drive", "packs": "clients"}
 
 
 def processes() -> tuple[dict, float]:
@@ -322,59 +323,39 @@ print(f"  {C['server']}: flood for {C['flood_secs']} s: {len(BACKUP_T)} backups,
       f" {len(RESTORE_T)} restores{', forget --prune by ' + MAINT_T if MAINT_T else ''}", file=sys.stderr)
 
 
-PACK_BYTES = 16 << 20   # restic's default pack size
-
-
-class PackHttp:
-    """BACKUP_CLIENT=http: what a restic backup sends of fresh data, without its CPU: packs of
-    16 MiB POSTed as `/TENANT/repo/data/SHA256`, BACKUP_MB a run, on PACK_STREAMS connections
-    kept open (restic's uploads in parallel). Each pack is a unique head before one shared
-    noise buffer: hashing it costs the client a few ms, not restic's chunking and sealing."""
-    noise = os.urandom(PACK_BYTES)
-
-    def __init__(self, t: str):
-        self.t, self.auth = t, "Basic " + base64.b64encode(f"{t}:{C['tokens'][t]}".encode()).decode()
-
-    def stream(self, n: int, k: int, errs: list) -> int:
-        host, port = C["url"].removeprefix("https://").split(":")
-        conn = http.client.HTTPSConnection(host, int(port), timeout=600,
-                                           context=ssl.create_default_context(cafile=C["ca"]))
-        sent = 0
-        for i in range(n):
-            body = (f"{self.t}-{k}-{i}-".encode() + os.urandom(16) + self.noise)[:PACK_BYTES]
-            try:
-                conn.request("POST", f"/{self.t}/repo/data/{hashlib.sha256(body).hexdigest()}", body=body,
-                             headers={"Authorization": self.auth, "Content-Type": "application/octet-stream"})
-                r = conn.getresponse()
-                text = r.read()
-            except (OSError, http.client.HTTPException) as e:
-                errs.append(repr(e))
-                return sent
-            if r.status != 200:
-                errs.append(f"{r.status} {text[:200]!r}")
-                return sent
-            sent += len(body)
-        conn.close()
-        return sent
-
-    def run(self, k: int) -> dict:
-        packs = max(1, int(C["backup_mb"] * MB) // PACK_BYTES)
-        per = [packs // C["pack_streams"] + (i < packs % C["pack_streams"]) for i in range(C["pack_streams"])]
-        errs: list = []
-        t0 = now()
-        sent = sum(in_threads(lambda n: self.stream(n, k, errs), [n for n in per if n]))
-        d = {"start": t0, "secs": now() - t0, "rc": 1 if errs else 0, "timeout": False, "retries": 0,
-             "bytes": 0 if errs else sent}
-        if errs:
-            d["err"] = errs[0][-600:]
-        return d
+def packs_run(t: str, k: int) -> dict:
+    """BACKUP_CLIENT=http: one backup run of fresh 16 MiB packs by bench/serve/packs.py, a
+    process of its own at the clients' nice value, as restic's would be."""
+    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "packs.py"),
+           C["url"], C["ca"], t, C["tokens"][t], str(k), str(int(C["backup_mb"] * MB)),
+           str(C["pack_streams"])]
+    if C.get("client_nice", 0):
+        cmd = ["nice", "-n", str(C["client_nice"]), *cmd]
+    t0 = now()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    with plock:
+        procs.add(p)
+    try:
+        out, err = p.communicate(timeout=3600)
+    finally:
+        with plock:
+            procs.discard(p)
+    try:
+        res = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        res = {"bytes": 0, "err": err.decode(errors="replace")[-600:] or f"exit {p.returncode}"}
+    d = {"start": t0, "secs": now() - t0, "rc": 1 if "err" in res or p.returncode else 0,
+         "timeout": False, "retries": 0, "bytes": res.get("bytes", 0)}
+    if d["rc"]:
+        d["err"] = res.get("err", f"exit {p.returncode}")
+    return d
 
 
 def backup_loop(t):
     runs, k = [], 0
     while now() < deadline:
         if C.get("backup_client") == "http":
-            runs.append(PackHttp(t).run(k))
+            runs.append(packs_run(t, k))
             k += 1
             continue
         r = restic(t, "backup", "--json", "--tag", "flood", "--stdin-from-command",
