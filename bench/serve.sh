@@ -33,8 +33,10 @@ if [ $(( BACKUPS + RESTORES )) -gt "$TENANTS" ]; then echo "BACKUPS + RESTORES >
 NS=${NS:-ferryserve}   # its own namespace and scratch dir: other benches (lib.sh's ferrybench) may run too
 . bench/lib.sh
 scripts/install-tools minio toxiproxy restic rest-server
-# The default build (librados is opened only for rados:// places).
-cargo build --release -p ferry --offline -q
+# The default build (librados is opened only for rados:// places), or FERRY=<a build> (an
+# A/B against an older commit, as cp.sh takes it).
+[ -n "${FERRY:-}" ] || cargo build --release -p ferry --offline -q
+SERVE_FERRY=${FERRY:-target/release/ferry}
 # Scratch: one run's store at a time (deleted after it), the WAL and the flood's data, the
 # restore targets; a flood of 100 MB/s assumed.
 need_mb=$(( TENANTS * (BASE_SECS + FLOOD_SECS) * WAL_MIB * 105 / 100 / WAL_INTERVAL + 100 * FLOOD_SECS
@@ -44,7 +46,7 @@ trap link_down EXIT
 link_up $(( need_mb / 1000 + 2 ))
 W=$BENCH_DIR/work
 BIN=$BENCH_DIR/bin; mkdir -p "$BIN" "$W/files" "$W/results"
-cp target/release/ferry "$BIN/ferry"   # this run's ferry, whatever is rebuilt meanwhile
+cp "$SERVE_FERRY" "$BIN/ferry"   # this run's ferry, whatever is rebuilt meanwhile
 FERRY=$BIN/ferry RESTIC=$TOOLS/restic
 make_certs "$BENCH_DIR/certs"
 CERT=$BENCH_DIR/certs/public.crt KEY=$BENCH_DIR/certs/private.key CA=$BENCH_DIR/certs/CAs/ca.crt

@@ -120,7 +120,8 @@ def marks() -> dict:
     """The server's access log size and CPU seconds now, and every process's: phase boundaries."""
     procs, reaped = processes()
     cpu = procs[C["pid"]][1] if C["pid"] in procs else None   # the server reaps no children
-    return {"t": now(), "log": os.path.getsize(C["log"]), "cpu": cpu, "procs": procs, "reaped": reaped,
+    return {"t": now(), "unix": time.time(), "log": os.path.getsize(C["log"]), "cpu": cpu, "procs": procs,
+            "reaped": reaped,
             "idle": int(open("/proc/stat").readline().split()[4]) / os.sysconf("SC_CLK_TCK")}
 
 
@@ -459,6 +460,36 @@ for name, (a, b) in phases.items():
     server[name] = {"statuses": counts, "bad": bad,
                     "cpu_s": (b["cpu"] - a["cpu"]) if a["cpu"] is not None and b["cpu"] is not None else None,
                     "secs": b["t"] - a["t"], "cores": cpu_by_group(a, b) if b is not a else {}}
+
+
+def window(a: dict, b: dict) -> dict | None:
+    """What the server stored while every flood loop ran (from the flood's start to its deadline;
+    the runs under way then finish alone, with the link to fewer of them): bytes of the writes
+    answered 200 in that span, per backup tenant and for the WAL. ferry serve's access log only
+    (rest-server's does not give a request's size)."""
+    lo, hi = a["unix"], a["unix"] + C["flood_secs"]
+    with open(C["log"], "rb") as f:
+        f.seek(a["log"])
+        text = f.read(b["log"] - a["log"]).decode(errors="replace")
+    backup, wal_bytes, seen = {t: 0 for t in BACKUP_T}, 0, False
+    for line in text.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        seen = True
+        end = e.get("unix", 0) + e.get("total_ms", 0) / 1000
+        if e.get("method") != "POST" or e.get("status") != 200 or not lo <= end < hi:
+            continue
+        if "/wal/" in e.get("path", ""):
+            wal_bytes += e.get("in", 0)
+        elif e.get("tenant") in backup and "/repo/data/" in e.get("path", ""):
+            backup[e["tenant"]] += e.get("in", 0)
+    return {"secs": hi - lo, "backup_bytes": backup, "wal_bytes": wal_bytes} if seen else None
+
+
 try:
     hwm = int(re.search(r"VmHWM:\s+(\d+)", open(f"/proc/{C['pid']}/status").read()).group(1)) / 1024
 except (OSError, AttributeError):
@@ -472,5 +503,5 @@ json.dump({
     "wal_errors": wal_errs,
     "backups": dict(zip(BACKUP_T, flood[: len(BACKUP_T)])),
     "restores": dict(zip(RESTORE_T, flood[len(BACKUP_T):])),
-    "maint": maint, "sync": sync, "server_log": server, "server_rss_mib": hwm,
+    "maint": maint, "sync": sync, "server_log": server, "server_rss_mib": hwm, "window": window(m1, m2),
 }, open(OUT, "w"), indent=1)
