@@ -157,13 +157,15 @@ impl Slots {
     }
 
     /// Hands bulk work the whole limit again once urgent work has been quiet for
-    /// [`QUIET`]: a cap cut by a burst of WAL must not outlast it. True when it did.
+    /// [`QUIET`]: a cap cut by a burst of WAL must not outlast it; or once no urgent write
+    /// was judged for a while ([`BulkCap::unjudged`]). True when it did.
     fn quiet(&mut self, now: Instant) -> bool {
-        if self.urgent_in_flight > 0 || !self.urgent.is_empty() {
+        let busy = self.urgent_in_flight > 0 || !self.urgent.is_empty();
+        if busy {
             self.urgent_seen = now;
-            return false;
         }
-        now.duration_since(self.urgent_seen) >= QUIET && self.bulk_cap.uncut()
+        let idle = !busy && now.duration_since(self.urgent_seen) >= QUIET;
+        (idle || self.bulk_cap.unjudged(now)) && self.bulk_cap.uncut()
     }
 }
 
@@ -683,6 +685,7 @@ mod tests {
         drop(bulk);
         // Beside urgent work, bulk work from a pause starts at its floor (32 / 16)...
         let s = Scheduler::new(32, 32, true, 1 << 20);
+        s.ticking.set(()).expect("not started");
         let urgent = s.slot(Class::Urgent).await;
         let mut bulk = bulk_slots(&s, 2).await;
         assert_eq!(s.bulk_limit(), 2);
@@ -701,7 +704,27 @@ mod tests {
         bulk.clear();
         let next = s.slot(Class::Bulk).await;
         assert_eq!(s.bulk_limit(), 4);
+        // Urgent work still in flight, but no urgent write judged for a while: lifted.
+        let mut st = s.slots.lock().unwrap();
+        assert!(!st.quiet(now), "lifted while urgent writes were judged");
+        assert!(st.quiet(now + crate::yielding::UNJUDGED));
+        assert_eq!(st.bulk_cap.get(32), 32);
+        drop(st);
         drop((urgent, next));
+    }
+
+    #[tokio::test]
+    async fn bulk_never_starts_low_for_urgent_work_that_is_never_judged() {
+        // Urgent requests in flight, none of them a write to judge (reads, small files): bulk
+        // work gets its whole limit back at the next tick.
+        let s = Scheduler::new(32, 32, true, 1 << 20);
+        s.ticking.set(()).expect("not started");
+        let urgent = s.slot(Class::Urgent).await;
+        let bulk = s.slot(Class::Bulk).await;
+        assert_eq!(s.bulk_limit(), 2);
+        assert!(s.slots.lock().unwrap().quiet(Instant::now()));
+        assert_eq!(s.bulk_limit(), 32);
+        drop((urgent, bulk));
     }
 
     /// Asks for an urgent slot in a task; the slot once granted.

@@ -8,8 +8,8 @@
 //! that, the bulk requests that may be in flight are cut to three quarters of those in flight;
 //! not at all while bulk holds no more than its floor, since the delay is then not its doing.
 //! They grow back by one for each urgent write within a quarter of the least, and hold in
-//! between (uncut once they reach the tuner's limit, or once urgent work is quiet for a
-//! second). Both at most every [`STEP`], so that a cut shows before the next; bulk keeps a
+//! between (uncut once they reach the tuner's limit, once urgent work is quiet for a second,
+//! or once no urgent write was judged for [`UNJUDGED`]). Both at most every [`STEP`], so that a cut shows before the next; bulk keeps a
 //! floor, so backups always move. Bulk work that starts after a pause while urgent work runs
 //! starts from that floor ([`BulkCap::start_low`]).
 //!
@@ -38,6 +38,10 @@ const EASY: f64 = 1.25;
 const CUT: f64 = 0.75;
 /// The cap moves at most once per this long.
 const STEP: Duration = Duration::from_millis(250);
+/// A cut holds only while urgent writes keep showing how they fare: with none judged for this
+/// long it is lifted, whatever else urgent work has in flight (small reads and writes are not
+/// judged, and a stream of them would otherwise hold bulk work at its floor for good).
+pub(crate) const UNJUDGED: Duration = Duration::from_secs(5);
 /// Bulk requests always allowed in flight: a sixteenth of the tuner's limit, and at least
 /// this many (fewer only when the limit itself is lower).
 const FLOOR: usize = 2;
@@ -55,6 +59,8 @@ pub(crate) struct BulkCap {
     best: [[f64; 2]; CLASSES],
     window: Instant,
     moved: Instant,
+    /// When an urgent write was last judged; never, at first.
+    judged: Option<Instant>,
 }
 
 impl BulkCap {
@@ -66,6 +72,7 @@ impl BulkCap {
             best: [[f64::INFINITY; 2]; CLASSES],
             window: now,
             moved: now - STEP,
+            judged: None,
         }
     }
 
@@ -80,6 +87,13 @@ impl BulkCap {
     /// Lifts a cut (urgent work went quiet); true when there was one.
     pub(crate) fn uncut(&mut self) -> bool {
         self.cap.take().is_some()
+    }
+
+    /// Whether no urgent write was judged for [`UNJUDGED`] by `now`: a cut then has nothing
+    /// to go by.
+    pub(crate) fn unjudged(&self, now: Instant) -> bool {
+        self.judged
+            .is_none_or(|t| now.saturating_duration_since(t) >= UNJUDGED)
     }
 
     /// Bulk work starts after a pause while urgent work runs: from its floor, and up as
@@ -102,6 +116,7 @@ impl BulkCap {
         if bytes < MIN_BYTES {
             return false;
         }
+        self.judged = Some(now);
         let since = now.duration_since(self.window);
         if since >= WINDOW {
             // After a quiet spell longer than two windows, nothing seen before is recent.
