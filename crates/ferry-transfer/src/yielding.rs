@@ -9,9 +9,10 @@
 //! not at all while bulk holds no more than its floor, since the delay is then not its doing.
 //! They grow back by one for each urgent write within a quarter of the least, and hold in
 //! between (uncut once they reach the tuner's limit, once urgent work is quiet for a second,
-//! or once no urgent write was judged for [`UNJUDGED`]). Both at most every [`STEP`], so that a cut shows before the next; bulk keeps a
-//! floor, so backups always move. Bulk work that starts after a pause while urgent work runs
-//! starts from that floor ([`BulkCap::start_low`]).
+//! or once no urgent write was judged for [`UNJUDGED`]). Both at most every [`STEP`], so that
+//! a cut shows before the next; bulk keeps a floor, so backups always move. Bulk work that
+//! starts after a pause while urgent work runs starts from that floor
+//! ([`BulkCap::start_low`]).
 //!
 //! Only writes to a remote store count: a local disk has no link to share, and reads run at
 //! another speed than writes. Below the caller's slots, so that a client trickling its WAL
