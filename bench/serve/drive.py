@@ -69,19 +69,15 @@ def env(t: str) -> dict:
     return e
 
 
-def restic(t: str, *args: str, timeout: float | None = None, at: float | None = None,
-           name: str = "repo") -> dict:
-    """Runs restic for tenant t's repository `name`; its wall time, exit code, stderr and its
-    JSON summary."""
-    cmd = [C["restic"], "-r", url(t, name), "--cacert", C["ca"], "--retry-lock", "10m", *args]
-    # Backup, restore and maintenance clients yield the CPU (CLIENT_NICE): in production they
-    # run on hosts of their own, here they share two cores with the server and the WAL pushers.
-    if name != "wal" and C.get("client_nice", 0):
+def client(cmd: list, env: dict | None, timeout: float | None, nice: bool) -> dict:
+    """Runs one client process (killed past `timeout`); its wall time, exit code, stdout and
+    stderr. Backup, restore and maintenance clients yield the CPU (`nice`, CLIENT_NICE): in
+    production they run on hosts of their own, here they share two cores with the server and
+    the WAL pushers."""
+    if nice and C.get("client_nice", 0):
         cmd = ["nice", "-n", str(C["client_nice"]), *cmd]
-    if at is not None:   # the synchronised start: wait for the common instant
-        time.sleep(max(0.0, at - time.time()))
     t0 = now()
-    p = subprocess.Popen(cmd, env=env(t), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=subprocess.DEVNULL)
     with plock:
         procs.add(p)
@@ -95,16 +91,26 @@ def restic(t: str, *args: str, timeout: float | None = None, at: float | None = 
     finally:
         with plock:
             procs.discard(p)
-    t1 = now()
-    summary = {}
-    for line in out.decode(errors="replace").splitlines():
+    return {"start": t0, "secs": now() - t0, "rc": p.returncode, "timeout": timed_out,
+            "out": out.decode(errors="replace"), "err": err.decode(errors="replace")}
+
+
+def restic(t: str, *args: str, timeout: float | None = None, at: float | None = None,
+           name: str = "repo") -> dict:
+    """Runs restic for tenant t's repository `name`; its wall time, exit code, stderr and its
+    JSON summary."""
+    cmd = [C["restic"], "-r", url(t, name), "--cacert", C["ca"], "--retry-lock", "10m", *args]
+    if at is not None:   # the synchronised start: wait for the common instant
+        time.sleep(max(0.0, at - time.time()))
+    r = client(cmd, env(t), timeout, nice=name != "wal")
+    r["summary"] = {}
+    for line in r.pop("out").splitlines():
         if '"message_type":"summary"' in line.replace(" ", ""):
             try:
-                summary = json.loads(line)
+                r["summary"] = json.loads(line)
             except ValueError:
                 pass
-    return {"start": t0, "secs": t1 - t0, "rc": p.returncode, "timeout": timed_out,
-            "err": err.decode(errors="replace"), "summary": summary}
+    return r
 
 
 def short(r: dict) -> dict:
@@ -330,25 +336,15 @@ def packs_run(t: str, k: int) -> dict:
     cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "packs.py"),
            C["url"], C["ca"], t, C["tokens"][t], str(k), str(int(C["backup_mb"] * MB)),
            str(C["pack_streams"])]
-    if C.get("client_nice", 0):
-        cmd = ["nice", "-n", str(C["client_nice"]), *cmd]
-    t0 = now()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    with plock:
-        procs.add(p)
+    r = client(cmd, None, 3600, nice=True)
     try:
-        out, err = p.communicate(timeout=3600)
-    finally:
-        with plock:
-            procs.discard(p)
-    try:
-        res = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
+        res = json.loads(r["out"].strip().splitlines()[-1])
     except (ValueError, IndexError):
-        res = {"bytes": 0, "err": err.decode(errors="replace")[-600:] or f"exit {p.returncode}"}
-    d = {"start": t0, "secs": now() - t0, "rc": 1 if "err" in res or p.returncode else 0,
-         "timeout": False, "retries": 0, "bytes": res.get("bytes", 0)}
+        res = {"bytes": 0, "err": r["err"][-600:] or f"exit {r['rc']}"}
+    d = {k: r[k] for k in ("start", "secs", "timeout")}
+    d.update(rc=1 if "err" in res or r["rc"] else 0, retries=0, bytes=res.get("bytes", 0))
     if d["rc"]:
-        d["err"] = res.get("err", f"exit {p.returncode}")
+        d["err"] = res.get("err", f"exit {r['rc']}")
     return d
 
 

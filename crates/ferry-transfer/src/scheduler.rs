@@ -59,8 +59,8 @@ struct Slots {
     bulk_cap: BulkCap,
     /// When urgent work was last seen (started, waiting or written).
     urgent_seen: Instant,
-    /// When bulk work last had a request in flight; never, at first.
-    bulk_seen: Option<Instant>,
+    /// When a bulk request last ended; never, at first.
+    bulk_ended: Option<Instant>,
     /// Times a bulk request was let in while urgent ones waited with room (bulk's share):
     /// each delayed the urgent requests waiting then.
     urgent_passed: u64,
@@ -138,18 +138,17 @@ impl Slots {
     fn bulk_starts(&mut self, now: Instant) {
         let paused = self.bulk_in_flight() == 0
             && self
-                .bulk_seen
+                .bulk_ended
                 .is_none_or(|t| now.duration_since(t) >= QUIET);
         if paused && (self.urgent_in_flight > 0 || !self.urgent.is_empty()) {
             self.bulk_cap.start_low(self.tuner.limit());
         }
-        self.bulk_seen = Some(now);
     }
 
     /// Counts a request of `class` ended (`beyond`: as [`Slots::start`] said).
     fn end(&mut self, class: Class, beyond: bool) {
         if class == Class::Bulk {
-            self.bulk_seen = Some(Instant::now());
+            self.bulk_ended = Some(Instant::now());
         }
         self.in_flight -= 1;
         self.beyond -= usize::from(beyond);
@@ -227,7 +226,7 @@ impl Scheduler {
                 tuner: Tuner::new(concurrency, max, fixed).ramped(RAMP_FROM),
                 bulk_cap: BulkCap::new(),
                 urgent_seen: Instant::now(),
-                bulk_seen: None,
+                bulk_ended: None,
                 urgent_passed: 0,
             }),
             memory: Arc::new(Semaphore::new(memory)),
