@@ -155,6 +155,12 @@ impl Slots {
         self.urgent_in_flight -= usize::from(class == Class::Urgent);
     }
 
+    /// Judges the bulk cap's step if it is due ([`BulkCap::judge`]); true when the cap grew.
+    fn judge(&mut self, now: Instant) -> bool {
+        let (limit, bulk) = (self.tuner.limit(), self.bulk_in_flight());
+        self.bulk_cap.judge(now, limit, bulk)
+    }
+
     /// Hands bulk work the whole limit again once urgent work has been quiet for
     /// [`QUIET`]: a cap cut by a burst of WAL must not outlast it; or once no urgent write
     /// was judged for a while ([`BulkCap::unjudged`]). True when it did.
@@ -355,11 +361,18 @@ impl Scheduler {
     }
 
     fn urgent_written_at(self: &Arc<Self>, bytes: u64, took: Duration, now: Instant) {
-        let grew = {
-            let mut s = self.slots.lock().unwrap();
-            let (limit, bulk) = (s.tuner.limit(), s.bulk_in_flight());
-            s.bulk_cap.urgent_done(took, bytes, now, limit, bulk)
-        };
+        // The step before this write ended is judged without it.
+        self.judge_at(now);
+        self.slots
+            .lock()
+            .unwrap()
+            .bulk_cap
+            .urgent_done(took, bytes, now);
+    }
+
+    /// Closes the bulk cap's step when it is due (on a write's end or on the tick).
+    fn judge_at(self: &Arc<Self>, now: Instant) {
+        let grew = self.slots.lock().unwrap().judge(now);
         if grew {
             self.dispatch();
         }
@@ -424,7 +437,8 @@ async fn tick(sched: Weak<Scheduler>) {
             };
             let now = Instant::now();
             let grew = slots.tuner.tick(r, now);
-            slots.quiet(now) || grew
+            let judged = slots.judge(now);
+            slots.quiet(now) || grew || judged
         };
         if grew {
             s.dispatch();
@@ -559,18 +573,15 @@ mod tests {
     async fn bulk_waits_while_urgent_writes_run_late() {
         let s = Scheduler::new(8, 8, true, 1 << 20);
         let mut now = Instant::now();
-        let mut wrote = |s: &Arc<Scheduler>, ms: u64| {
-            now += Duration::from_millis(300);
-            s.urgent_written_at(1 << 20, Duration::from_millis(ms), now);
-        };
-        // Bulk work holds every slot. The first write sets the least; five late ones cut
-        // bulk to its floor, from the 8 it has in flight.
+        let mut wrote = |s: &Arc<Scheduler>, ms: u64| wrote(s, &mut now, ms);
+        // Bulk work holds every slot. The first writes set the least; steps of late ones cut
+        // bulk to its floor, from the 8 it has in flight, as its requests end.
         let mut held = bulk_slots(&s, 8).await;
         for ms in [200, 2000, 2000, 2000, 2000, 2000] {
             wrote(&s, ms);
+            held.truncate(s.bulk_limit());
         }
         assert_eq!(s.bulk_limit(), 2);
-        held.truncate(2);
         assert!(given(&s, Class::Bulk).await.is_none(), "bulk past its cap");
         let urgent = given(&s, Class::Urgent).await;
         assert!(urgent.is_some(), "urgent work waited for bulk's cap");
@@ -659,8 +670,7 @@ mod tests {
         // Late while bulk work holds every slot: cut.
         let bulk = bulk_slots(&s, 8).await;
         for ms in [200, 2000, 2000] {
-            now += Duration::from_millis(300);
-            s.urgent_written_at(1 << 20, Duration::from_millis(ms), now);
+            wrote(&s, &mut now, ms);
         }
         drop(bulk);
         assert!(s.bulk_limit() < 8);
@@ -695,14 +705,14 @@ mod tests {
         // ...and grows as urgent writes stay on time.
         let mut now = Instant::now();
         for _ in 0..3 {
-            now += Duration::from_millis(300);
-            s.urgent_written_at(1 << 20, Duration::from_millis(200), now);
+            wrote(&s, &mut now, 200);
         }
-        assert_eq!(s.bulk_limit(), 4);
+        assert!(s.bulk_limit() > 2, "no growth from {}", s.bulk_limit());
         // A request that follows others without a pause does not start it over.
         bulk.clear();
+        let grown = s.bulk_limit();
         let next = s.slot(Class::Bulk).await;
-        assert_eq!(s.bulk_limit(), 4);
+        assert_eq!(s.bulk_limit(), grown);
         // Urgent work still in flight, but no urgent write judged for a while: lifted.
         let mut st = s.slots.lock().unwrap();
         assert!(!st.quiet(now), "lifted while urgent writes were judged");
@@ -724,6 +734,16 @@ mod tests {
         assert!(s.slots.lock().unwrap().quiet(Instant::now()));
         assert_eq!(s.bulk_limit(), 32);
         drop((urgent, bulk));
+    }
+
+    /// A step of four urgent writes of a MiB, each `ms` long, begun after the step before;
+    /// judged a step after they end.
+    fn wrote(s: &Arc<Scheduler>, now: &mut Instant, ms: u64) {
+        *now += Duration::from_millis(ms + 300);
+        for _ in 0..4 {
+            s.urgent_written_at(1 << 20, Duration::from_millis(ms), *now);
+        }
+        s.judge_at(*now + crate::yielding::STEP);
     }
 
     /// Asks for an urgent slot in a task; the slot once granted.
