@@ -234,7 +234,13 @@ impl S3Config {
         let s3 = b
             .with_bucket_name(bucket)
             .with_region(&region)
+            // The body's SHA-256 goes in x-amz-checksum-sha256, a signed header the store checks
+            // the body against: signing the payload too would only make the store hash every
+            // byte twice (MinIO: two SHA-256 passes per write, 7 % of a 2-core host under
+            // `ferry serve`'s flood). The XML bodies (a multipart upload's part list) go
+            // unsigned too: the ETag that answers them is checked against the MD5s ferry sent.
             .with_checksum_algorithm(Checksum::SHA256)
+            .with_unsigned_payload(true)
             .with_retry(no_retries())
             .with_client_options(self.sse_c_options(client_options(Some(&bucket_url))))
             .with_http_connector(http.clone())
