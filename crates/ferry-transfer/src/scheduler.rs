@@ -437,8 +437,8 @@ async fn tick(sched: Weak<Scheduler>) {
             };
             let now = Instant::now();
             let grew = slots.tuner.tick(r, now);
-            let judged = slots.judge(now);
-            slots.quiet(now) || grew || judged
+            let bulk_grew = slots.judge(now);
+            slots.quiet(now) || grew || bulk_grew
         };
         if grew {
             s.dispatch();

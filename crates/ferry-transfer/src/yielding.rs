@@ -180,8 +180,8 @@ impl BulkCap {
         }
         self.decided = now;
         self.tally = Tally::default();
-        let at = self.get(limit) as f64;
-        let easy = !t.late() && t.easy();
+        let before = self.get(limit);
+        let at = before as f64;
         let cap = match t.late() {
             // Late while bulk work holds no more than its floor: the delay is not bulk's to
             // give back (the store, or the host's CPU, is slow), and a cut would only hold
@@ -193,11 +193,11 @@ impl BulkCap {
             true if bulk as f64 > at => self.cap,
             // A cut starts from what bulk has in flight: a cap above it holds nothing back.
             true => Some((bulk as f64 * CUT).max(floor(limit) as f64)),
-            false if easy => (at + 1.0 < limit as f64).then_some(at + 1.0),
+            false if t.easy() => (at + 1.0 < limit as f64).then_some(at + 1.0),
             false => self.cap,
         };
-        let grew = cap.map_or(limit as f64, |c| c) > at;
         self.cap = cap;
+        let grew = self.get(limit) > before;
         tracing::debug!(
             n = t.n,
             late = t.late,
