@@ -42,6 +42,7 @@ for r in $(seq "${REPEAT:-3}"); do
     t=$(echo "$e - $s" | bc)
     printf "%s run %d %s wal %.2f s %.1f MB/s segs %s/%s %s\n" "$PROFILE" "$r" "$(basename $b)" "$t" "$(echo "$segs*16777216/$t/1000000" | bc -l)" "$got" "$segs" "$peak"
     nsx "$RCLONE" delete b:bench >/dev/null 2>&1 || { echo "ab-wal.sh: cannot empty the bucket" >&2; exit 1; }
+    drop_trash
     [ "$got" = "$segs" ] || echo "FAIL: $got of $segs segments archived"
   done
 done

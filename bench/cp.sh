@@ -113,7 +113,7 @@ samedir() { # src dst: same file count and bytes (ferry's and rclone's dir layou
 }
 # Empty the bucket after each tool's runs: the objects live in RAM (tmpfs). Not "purge
 # PREFIX": for a single object such as b:bench/stream that deletes nothing.
-clean() { nsx "$RCLONE" delete b:bench >/dev/null 2>&1 || true; }
+clean() { nsx "$RCLONE" delete b:bench >/dev/null 2>&1 || true; drop_trash; }
 clean_gcs() { nsx "$RCLONE" delete g:bench >/dev/null 2>&1 || true; }   # fake-gcs-server keeps them in RAM
 
 nsx "$RCLONE" mkdir b:bench

@@ -248,6 +248,11 @@ make_certs() { # dir
   chmod 644 "$c/CAs/ca.crt" "$c/public.crt"
 }
 
+# MinIO moves what is deleted into its trash and frees it later, in the background: on the
+# tmpfs scratch, eight 3 GiB WAL loads in a row filled 23 GiB of RAM and the kernel killed
+# MinIO (2026-12-03). Deleted objects only: the bench's own MinIO, after a delete.
+drop_trash() { rm -rf "$BENCH_DIR/minio/.minio.sys/tmp/.trash/"* 2>/dev/null || :; }
+
 link_down() { # safe to call twice and under set -e; kills only what the bench started
   local d=${BENCH_DIR:-} p
   [ -n "$d" ] || d=$(ls -d /dev/shm/"$NS" /tmp/"$NS" 2>/dev/null | head -1) || true

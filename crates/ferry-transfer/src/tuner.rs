@@ -52,6 +52,9 @@
 //! climb seen, only room within [`BLOCK_TIME`]) is an upward probe, judged against what they
 //! carried and taken back when it does not pay: on a link that 8 requests fill, 23 only sit in
 //! zero windows, where the kernel times some out (asym's downloads, 1-5 requests a run).
+//! What they carried may be a burst into empty buffers: when the first judged window after
+//! an upward probe was taken back carries [`RISE`] less than the probe's did, the probe paid
+//! and is taken up again (wan's WAL load: 24 requests carried 84 MB/s, 8 then 52).
 
 use std::time::{Duration, Instant};
 
@@ -210,6 +213,9 @@ pub(crate) struct Tuner {
     /// The last change of the limit lowered it (a descent's step, when a probe is down): its
     /// settling window may be judged for a faster link (not one after idle: a burst).
     stepped_down: bool,
+    /// An upward probe was taken back at the last judged window: what its window carried,
+    /// and its limit.
+    taken_back: Option<(f64, usize)>,
     /// The errors counted in the present span.
     errors: Option<Errors>,
     /// When the limit was last cut for errors.
@@ -283,6 +289,7 @@ impl Tuner {
             borrowing: false,
             borrowed: false,
             stepped_down: false,
+            taken_back: None,
             errors: None,
             last_cut: None,
         }
@@ -397,6 +404,7 @@ impl Tuner {
             self.per_request = (self.per_request * FORGET).max(rate / in_flight);
         }
         let before = self.limit;
+        let taken_back = self.taken_back.take();
         // Too many requests in flight is a fault whether or not more wait (the memory budget
         // may hold them back); only a climb needs requests waiting to be worth anything.
         // A probe is judged only in a window where the limit bound (requests waited): in the
@@ -404,7 +412,7 @@ impl Tuner {
         if !self.block_time_descent(rate, in_flight, block) {
             if starved {
                 self.idle = 0;
-                self.evaluate(rate, in_flight, block);
+                self.evaluate(rate, in_flight, block, taken_back);
             } else {
                 self.close_idle_probe();
             }
@@ -683,7 +691,9 @@ impl Tuner {
         knee.clamp((self.limit / 2).max(self.min).min(step), step)
     }
 
-    fn evaluate(&mut self, rate: f64, in_flight: f64, block: u64) {
+    fn evaluate(
+        &mut self, rate: f64, in_flight: f64, block: u64, taken_back: Option<(f64, usize)>,
+    ) {
         let quick = block > 0 && block as f64 * in_flight.max(1.0) <= rate * CHEAP_BLOCK_TIME;
         let Some((base_rate, base_limit)) = self.base else {
             self.base = Some((rate, self.limit));
@@ -750,7 +760,23 @@ impl Tuner {
                 }
                 self.next_down = p == Probe::Up;
                 self.settled = 0;
+                let probed = (rate, self.limit);
                 self.set(base_limit);
+                if p == Probe::Up {
+                    self.taken_back = Some(probed);
+                }
+            }
+            None if !self.borrowed && taken_back.is_some_and(|(r, _)| rate * RISE <= r) => {
+                // The upward probe just taken back carried clearly more than its base's
+                // requests carry now: that base was not their rate (the start's, measured on
+                // a burst into empty buffers: 92 MB/s for 8 requests that carry 52), and the
+                // probe paid. Back to it, judged against what these carry; read as a link
+                // that fell, it was a descent, and 12 s of half the link on wan.
+                let (_, to) = taken_back.expect("checked");
+                self.base = Some((rate, self.limit));
+                self.settled = 0;
+                self.open(Probe::Up);
+                self.set(to);
             }
             None => {
                 // Settled: follow the link's present rate, probe now and then, and at once
@@ -1207,6 +1233,20 @@ mod tests {
         assert!(asym[2..].iter().all(|&l| l <= RAMP_FROM), "asym: {asym:?}");
         let wan = run(8e6, 100e6);
         assert!(wan.iter().all(|&l| l >= 13), "wan: {wan:?}");
+    }
+
+    #[test]
+    fn a_start_taken_back_on_a_burst_climbs_back_when_fewer_carry_clearly_less() {
+        // wan's WAL bulk load (traced): the start's ticks fell (12672 then 5312 KiB: the burst
+        // into empty buffers, then its drain) and it went to 24 on what they carried, 92 MB/s,
+        // taken as 8 requests' rate. 24 then carried 84 (the host busy sealing), short of the
+        // burst, and the start was taken back to 8, which carried 52: read as a link that
+        // fell, it probed down, and the climb back began 12 s after the start.
+        let mut t = started_on(&[0, 1024, 12672, 5312]);
+        assert_eq!(t.limit(), 24, "the start did not jump");
+        let seen = simulate(&mut t, capped(6.5e6, 84e6), 12);
+        assert!(seen[..4].contains(&RAMP_FROM), "never taken back: {seen:?}");
+        assert!(seen[4..].iter().all(|&l| l >= 13), "limits {seen:?}");
     }
 
     #[test]
