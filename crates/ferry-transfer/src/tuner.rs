@@ -629,6 +629,13 @@ impl Tuner {
         }
     }
 
+    /// An upward probe to `to`, judged against `rate`, what the present limit carried.
+    fn climb(&mut self, rate: f64, to: usize) {
+        self.base = Some((rate, self.limit));
+        self.open(Probe::Up);
+        self.set(to);
+    }
+
     /// Opens `probe`: the windows without waiters are counted from here.
     fn open(&mut self, probe: Probe) {
         self.probe = Some(probe);
@@ -696,9 +703,7 @@ impl Tuner {
     ) {
         let quick = block > 0 && block as f64 * in_flight.max(1.0) <= rate * CHEAP_BLOCK_TIME;
         let Some((base_rate, base_limit)) = self.base else {
-            self.base = Some((rate, self.limit));
-            self.open(Probe::Up);
-            self.set(self.probe_up(rate, block));
+            self.climb(rate, self.probe_up(rate, block));
             return;
         };
         match self.probe.take() {
@@ -713,14 +718,12 @@ impl Tuner {
                 // requests almost in proportion (far below the knee).
                 let grew = rate / base_rate.max(1.0);
                 let added = self.limit as f64 / base_limit.max(1) as f64;
-                self.base = Some((rate, self.limit));
-                self.open(Probe::Up);
                 let to = if grew >= 1.0 + (added - 1.0) * STEEP {
                     self.limit * 2
                 } else {
                     self.up()
                 };
-                self.set(to);
+                self.climb(rate, to);
             }
             Some(Probe::Up) if rate >= base_rate * SMALL_GAIN && quick => {
                 // At the knee: kept, and settled here (the next probe is a descent, which
@@ -737,9 +740,7 @@ impl Tuner {
                 // to where the descent began. The block-time descent, if this was one, is
                 // over: a probe that fails later is no reason for its floor.
                 self.shortcut = false;
-                self.base = Some((rate, self.limit));
-                self.open(Probe::Up);
-                self.set(self.back(rate, block));
+                self.climb(rate, self.back(rate, block));
             }
             Some(Probe::Down) if rate >= base_rate * KEEP && self.limit > self.min => {
                 // Fewer requests carried as much as the best before the descent: go on down.
@@ -773,10 +774,7 @@ impl Tuner {
                 // probe paid. Back to it, judged against what these carry; read as a link
                 // that fell, it was a descent, and 12 s of half the link on wan.
                 let (_, to) = taken_back.expect("checked");
-                self.base = Some((rate, self.limit));
-                self.settled = 0;
-                self.open(Probe::Up);
-                self.set(to);
+                self.climb(rate, to);
             }
             None => {
                 // Settled: follow the link's present rate, probe now and then, and at once
