@@ -21,7 +21,7 @@ const LEFTOVER_DELETES: usize = 16;
 const READ_AHEAD: usize = 4;
 /// Bytes read from a remote store with an object's description: objects this small come
 /// in one request; waiting for them delays a large download by 16 ms at 8 MB/s.
-const FIRST_READ: u64 = 128 << 10;
+const FIRST_READ: u64 = crate::LIGHT_BYTES;
 
 /// Pieces block `i` of `count` is read in, when `wave` blocks are on the wire at once: the
 /// last wave of an object larger than one comes in ranges of a quarter, at least about
@@ -83,7 +83,7 @@ impl Engine {
             // Described already: the blocks' requests go out at once (asking again would cost
             // a round trip; its first bytes would save none).
             Some(info) => (info.clone(), Bytes::new()),
-            None => self.describe(src, src_key, class).await?,
+            None => self.describe(src, src_key, class, false).await?,
         };
         let first = &first;
         let size = info.size;
@@ -170,9 +170,11 @@ impl Engine {
 
     /// What `key` of `src` is, with its first bytes when the store is remote: a small object
     /// comes whole in the request that describes it, and a large one's first block starts
-    /// there (a HEAD, then a GET, would be two round trips).
+    /// there (a HEAD, then a GET, would be two round trips). `light` when the caller takes
+    /// no more than that first read (a record of a few KiB): the request then goes in the
+    /// light lane ([`Engine::request_light`]).
     pub(crate) async fn describe(
-        &self, src: &SharedStore, key: &str, class: Class,
+        &self, src: &SharedStore, key: &str, class: Class, light: bool,
     ) -> Result<(ObjectInfo, Bytes)> {
         let what = format!("head {key}");
         if src.is_local() {
@@ -180,10 +182,11 @@ impl Engine {
             return Ok((info, Bytes::new()));
         }
         let _mem = self.sched.reserve(FIRST_READ).await;
-        self.request_to(src, class, &what, FIRST_READ, || {
-            src.head_and_read(key, FIRST_READ)
-        })
-        .await
+        let op = || src.head_and_read(key, FIRST_READ);
+        match light {
+            true => self.request_light(&what, FIRST_READ, op).await,
+            false => self.request_to(src, class, &what, FIRST_READ, op).await,
+        }
     }
 
     /// `range` of `key`, asking the store only for what `first`, the object's first bytes,

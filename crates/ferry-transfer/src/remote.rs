@@ -69,11 +69,11 @@ impl Remote {
         self.store.is_local()
     }
 
-    /// Size, etag and metadata of one object.
+    /// Size, etag and metadata of one object (in the light lane: see [`Engine::request_light`]).
     pub async fn head(&self, key: &str) -> Result<ObjectInfo> {
         let what = format!("head {key}");
         let op = || self.store.head(key);
-        self.engine.request(self.class, &what, 0, op).await
+        self.engine.request_light(&what, 0, op).await
     }
 
     /// A whole small object in one request (config, key, index, lock files).
@@ -83,28 +83,32 @@ impl Remote {
         self.engine.request(self.class, &what, 0, op).await
     }
 
-    /// `range` of an object, in one request; its bytes count towards the tuner's rate, and
-    /// the retry policy allows for its length.
+    /// `range` of an object, in one request; the retry policy allows for its length. A range
+    /// of a few KiB (a header) goes in the light lane; a larger one's bytes count towards the
+    /// tuner's rate.
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
         let (what, len) = (format!("read {key}"), range.end - range.start);
         let op = || self.store.get_range(key, range.clone());
+        if len <= crate::LIGHT_BYTES {
+            return self.engine.request_light(&what, len, op).await;
+        }
         let got = self.engine.request(self.class, &what, len, op).await?;
         self.engine.scheduler().record(len);
         Ok(got)
     }
 
-    /// Every object under `prefix`, recursively, sorted by key.
+    /// Every object under `prefix`, recursively, sorted by key (in the light lane).
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let what = format!("list {prefix}");
         let op = || self.store.list(prefix);
-        self.engine.request(self.class, &what, 0, op).await
+        self.engine.request_light(&what, 0, op).await
     }
 
-    /// Deletes an object; a missing one is not an error.
+    /// Deletes an object; a missing one is not an error (in the light lane).
     pub async fn delete(&self, key: &str) -> Result<()> {
         let what = format!("delete {key}");
         let op = || self.store.delete(key);
-        self.engine.request(self.class, &what, 0, op).await
+        self.engine.request_light(&what, 0, op).await
     }
 
     /// Creates the bucket, container or directory the store points at. Tried once: after an
@@ -119,7 +123,7 @@ impl Remote {
     pub async fn retention(&self, key: &str) -> Result<Option<String>> {
         let what = format!("retention of {key}");
         let op = || self.store.retention(key);
-        self.engine.request(self.class, &what, 0, op).await
+        self.engine.request_light(&what, 0, op).await
     }
 
     /// Makes objects written from now on undeletable for `days` (Object Lock).

@@ -242,7 +242,8 @@ impl Engine {
         &self, src: &SharedStore, key: &str, mut writer: W, class: Class, progress: &dyn Progress,
         max: u64,
     ) -> Result<u64> {
-        let (info, first) = self.describe(src, key, class).await?;
+        let light = max <= crate::LIGHT_BYTES;
+        let (info, first) = self.describe(src, key, class, light).await?;
         let first = &first;
         if info.size > max {
             return Err(Error::Checksum(format!(

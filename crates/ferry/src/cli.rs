@@ -33,7 +33,8 @@ pub struct Global {
     /// More log output (repeat for more).
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
-    /// Requests in flight; tuned from measured throughput when unset.
+    /// Requests carrying data in flight; tuned from measured throughput when unset (HEADs,
+    /// listings, deletes and small reads have a lane of 16 beside them).
     #[arg(long, global = true, env = "FERRY_CONCURRENCY")]
     pub concurrency: Option<usize>,
     /// Block size (e.g. 8MiB); chosen per object when unset.

@@ -1,0 +1,82 @@
+//! Requests that move no payload worth scheduling (HEADs, listings, deletes, reads of a few
+//! KiB) go in a lane of their own: they never wait for the slots blocks hold, as rclone's
+//! checkers never wait for its transfers.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferry_store::memory::MemoryStore;
+use ferry_store::{Meta, Store};
+use ferry_transfer::{Class, Engine, EngineConfig, SharedStore};
+
+/// Waits at most this long for what must not wait for the held write.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checks_answer_while_a_write_holds_the_only_slot() {
+    let store = Arc::new(MemoryStore::new().remote());
+    store
+        .put("small", Bytes::from_static(b"a record"), &Meta::new())
+        .await
+        .unwrap();
+    store
+        .put("large", Bytes::from(vec![7u8; 1 << 20]), &Meta::new())
+        .await
+        .unwrap();
+    // The write below blocks inside the store until released: it holds the engine's one
+    // slot all that time.
+    let (arrived_tx, arrived) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let (arrived_tx, released) = (Mutex::new(arrived_tx), Mutex::new(released));
+    store.on_write(move |_| {
+        arrived_tx.lock().unwrap().send(()).unwrap();
+        released.lock().unwrap().recv().unwrap();
+    });
+    let engine = Engine::new(EngineConfig {
+        concurrency: Some(1),
+        ..Default::default()
+    });
+    let remote = engine.remote(store.clone() as SharedStore, Class::Bulk);
+    let writer = tokio::spawn({
+        let remote = remote.clone();
+        async move {
+            remote
+                .upload_bytes(Bytes::from_static(b"held"), "held", None)
+                .await
+        }
+    });
+    tokio::task::spawn_blocking(move || arrived.recv_timeout(PATIENCE))
+        .await
+        .unwrap()
+        .expect("the write reached the store");
+
+    let checks = async {
+        let info = remote.head("small").await.unwrap();
+        let listed = remote.list("").await.unwrap();
+        let header = remote.get_range("large", 0..64).await.unwrap();
+        let record = remote.read("small", 64 << 10).await.unwrap();
+        remote.delete("gone").await.unwrap();
+        (info.size, listed.len(), header.len(), record)
+    };
+    let (size, listed, header, record) = tokio::time::timeout(PATIENCE, checks)
+        .await
+        .expect("a HEAD, a listing, a header, a record or a delete waited for the held write");
+    assert_eq!((size, listed, header), (8, 2, 64));
+    assert_eq!(record, b"a record");
+
+    // A read of a payload takes a slot: it waits for the write.
+    let payload = tokio::spawn({
+        let remote = remote.clone();
+        async move { remote.get_range("large", 0..(512 << 10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !payload.is_finished(),
+        "a 512 KiB read passed the held write's slot"
+    );
+    release.send(()).unwrap();
+    writer.await.unwrap().unwrap();
+    assert_eq!(payload.await.unwrap().unwrap().len(), 512 << 10);
+}
