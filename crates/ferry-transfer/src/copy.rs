@@ -184,7 +184,7 @@ impl Engine {
         let _mem = self.sched.reserve(FIRST_READ).await;
         let op = || src.head_and_read(key, FIRST_READ);
         match light {
-            true => self.request_light(&what, FIRST_READ, op).await,
+            true => self.request_light(class, &what, FIRST_READ, op).await,
             false => self.request_to(src, class, &what, FIRST_READ, op).await,
         }
     }

@@ -46,10 +46,12 @@ const MAX_CONCURRENCY: usize = 128;
 /// Memory kept outside block buffers (TLS, HTTP, allocator slack) within `max_memory`.
 const OVERHEAD: u64 = 48 << 20;
 /// Requests that move no payload worth scheduling (HEADs, listings, deletes, reads of a few
-/// KiB) in flight at once, beside the scheduler's: rclone's checkers beside its transfers.
-/// In the scheduler's slots they held back the blocks that fill the link: a WAL bulk load's
-/// sixteen existence checks took the tuner's first eight slots twice over, and no block went
-/// out for 0.4 s of a 200 ms link (bench/README, "Checks beside the blocks").
+/// KiB) in flight at once per class, beside the scheduler's: rclone's checkers beside its
+/// transfers. In the scheduler's slots they held back the blocks that fill the link: a WAL
+/// bulk load's sixteen existence checks took the tuner's first eight slots twice over, and
+/// no block went out for 0.4 s of a 200 ms link (bench/README, "Checks beside the blocks").
+/// A lane per class, so that a WAL push's check never queues behind a backup's (behind
+/// `ferry serve`, every append-only write begins with one).
 const LIGHT_LANE: usize = 16;
 /// Largest read that goes in the light lane.
 pub(crate) const LIGHT_BYTES: u64 = 128 << 10;
@@ -121,8 +123,8 @@ struct Stats {
 #[derive(Debug, Clone)]
 pub struct Engine {
     sched: Arc<Scheduler>,
-    /// The light lane's permits ([`LIGHT_LANE`]).
-    light: Arc<tokio::sync::Semaphore>,
+    /// The light lanes' permits ([`LIGHT_LANE`]), urgent and bulk.
+    light: Arc<[tokio::sync::Semaphore; 2]>,
     cfg: Arc<EngineConfig>,
     stats: Arc<Stats>,
 }
@@ -141,7 +143,7 @@ impl Engine {
         let sched = Scheduler::new(start, MAX_CONCURRENCY, fixed, budget as usize);
         Self {
             sched,
-            light: Arc::new(tokio::sync::Semaphore::new(LIGHT_LANE)),
+            light: Arc::new([(); 2].map(|()| tokio::sync::Semaphore::new(LIGHT_LANE))),
             cfg: Arc::new(cfg),
             stats: Arc::default(),
         }
@@ -180,14 +182,18 @@ impl Engine {
     }
 
     /// [`Engine::request`] for a request that moves no payload worth scheduling (see
-    /// [`LIGHT_LANE`]): it waits only for the light lane, never for the scheduler's slots, and
-    /// is not counted by the tuner, whose slots are for the bytes that fill the link.
-    pub(crate) async fn request_light<T, F, Fut>(&self, what: &str, bytes: u64, op: F) -> Result<T>
+    /// [`LIGHT_LANE`]): it waits only for its class's light lane, never for the scheduler's
+    /// slots, and is not counted by the tuner, whose slots are for the bytes that fill the
+    /// link.
+    pub(crate) async fn request_light<T, F, Fut>(
+        &self, class: Class, what: &str, bytes: u64, op: F,
+    ) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let _lane = self.light.acquire().await.expect("never closed");
+        let lane = &self.light[usize::from(class == Class::Bulk)];
+        let _lane = lane.acquire().await.expect("never closed");
         self.retry(what, bytes, op).await
     }
 

@@ -73,7 +73,7 @@ impl Remote {
     pub async fn head(&self, key: &str) -> Result<ObjectInfo> {
         let what = format!("head {key}");
         let op = || self.store.head(key);
-        self.engine.request_light(&what, 0, op).await
+        self.engine.request_light(self.class, &what, 0, op).await
     }
 
     /// A whole small object in one request (config, key, index, lock files).
@@ -90,7 +90,7 @@ impl Remote {
         let (what, len) = (format!("read {key}"), range.end - range.start);
         let op = || self.store.get_range(key, range.clone());
         if len <= crate::LIGHT_BYTES {
-            return self.engine.request_light(&what, len, op).await;
+            return self.engine.request_light(self.class, &what, len, op).await;
         }
         let got = self.engine.request(self.class, &what, len, op).await?;
         self.engine.scheduler().record(len);
@@ -101,14 +101,14 @@ impl Remote {
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let what = format!("list {prefix}");
         let op = || self.store.list(prefix);
-        self.engine.request_light(&what, 0, op).await
+        self.engine.request_light(self.class, &what, 0, op).await
     }
 
     /// Deletes an object; a missing one is not an error (in the light lane).
     pub async fn delete(&self, key: &str) -> Result<()> {
         let what = format!("delete {key}");
         let op = || self.store.delete(key);
-        self.engine.request_light(&what, 0, op).await
+        self.engine.request_light(self.class, &what, 0, op).await
     }
 
     /// Creates the bucket, container or directory the store points at. Tried once: after an
@@ -123,7 +123,7 @@ impl Remote {
     pub async fn retention(&self, key: &str) -> Result<Option<String>> {
         let what = format!("retention of {key}");
         let op = || self.store.retention(key);
-        self.engine.request_light(&what, 0, op).await
+        self.engine.request_light(self.class, &what, 0, op).await
     }
 
     /// Makes objects written from now on undeletable for `days` (Object Lock).
