@@ -113,6 +113,8 @@ pub struct MemoryStore {
     refusing_reads: std::sync::atomic::AtomicBool,
     /// Called as each write arrives: [`MemoryStore::on_write`].
     on_write: Hook,
+    /// Called as each read of a remote store arrives: [`MemoryStore::on_read`].
+    on_read: Hook,
     inner: Mutex<Inner>,
 }
 
@@ -192,6 +194,12 @@ impl MemoryStore {
         *self.on_write.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(f));
     }
 
+    /// Calls `f` with each read of a [`MemoryStore::remote`] store as it arrives, before it
+    /// is answered, named as [`MemoryStore::reads`] names it: a test can hold one there.
+    pub fn on_read(&self, f: impl Fn(&str) + Send + Sync + 'static) {
+        *self.on_read.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(f));
+    }
+
     /// The reads asked so far of a [`MemoryStore::remote`] store, in order: `head KEY`,
     /// `head_and_read KEY LEN`, `get KEY`, `get_range KEY START..END`.
     pub fn reads(&self) -> Vec<String> {
@@ -209,7 +217,9 @@ impl MemoryStore {
 
     fn log(&self, read: impl FnOnce() -> String) {
         if self.remote {
-            self.lock().reads.push(read());
+            let read = read();
+            self.lock().reads.push(read.clone());
+            self.on_read.call(&read);
         }
     }
 

@@ -80,3 +80,59 @@ async fn checks_answer_while_a_write_holds_the_only_slot() {
     writer.await.unwrap().unwrap();
     assert_eq!(payload.await.unwrap().unwrap().len(), 512 << 10);
 }
+
+// Each held check blocks its worker thread inside the store: room for all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 24)]
+async fn a_wal_check_does_not_queue_behind_a_backups_checks() {
+    let store = Arc::new(MemoryStore::new().remote());
+    for key in ["bulk", "wal"] {
+        store
+            .put(key, Bytes::from_static(b"x"), &Meta::new())
+            .await
+            .unwrap();
+    }
+    // Every HEAD of "bulk" blocks inside the store until released: they fill bulk's lane.
+    let (arrived_tx, arrived) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let (arrived_tx, released) = (Mutex::new(arrived_tx), Mutex::new(released));
+    store.on_read(move |what| {
+        if what == "head bulk" {
+            arrived_tx.lock().unwrap().send(()).unwrap();
+            released.lock().unwrap().recv().unwrap();
+        }
+    });
+    let engine = Engine::new(EngineConfig::default());
+    let bulk = engine.remote(store.clone() as SharedStore, Class::Bulk);
+    let urgent = bulk.with_class(Class::Urgent);
+    let lane = 16;
+    let held: Vec<_> = (0..lane + 1)
+        .map(|_| {
+            let bulk = bulk.clone();
+            tokio::spawn(async move { bulk.head("bulk").await })
+        })
+        .collect();
+    let arrived = tokio::task::spawn_blocking(move || {
+        (0..lane)
+            .map(|_| arrived.recv_timeout(PATIENCE))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|_| arrived)
+    })
+    .await
+    .unwrap()
+    .expect("bulk's checks reached the store");
+    // Bulk's lane is full (its seventeenth check waits); the WAL's goes at once.
+    let info = tokio::time::timeout(PATIENCE, urgent.head("wal"))
+        .await
+        .expect("the WAL's check waited behind bulk's");
+    assert_eq!(info.unwrap().size, 1);
+    assert!(
+        arrived.try_recv().is_err(),
+        "more bulk checks in flight than its lane holds"
+    );
+    for _ in 0..lane + 1 {
+        release.send(()).unwrap();
+    }
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().size, 1);
+    }
+}
