@@ -14,6 +14,28 @@ use ferry_transfer::{Class, Engine, EngineConfig, SharedStore};
 /// Waits at most this long for what must not wait for the held write.
 const PATIENCE: Duration = Duration::from_secs(20);
 
+/// A store hook that holds each request `which` picks until released: it says so on the
+/// first channel as the request arrives, and waits for one message on the second.
+#[allow(clippy::type_complexity)]
+fn gate(
+    which: impl Fn(&str) -> bool + Send + Sync + 'static,
+) -> (
+    impl Fn(&str) + Send + Sync + 'static,
+    mpsc::Receiver<()>,
+    mpsc::Sender<()>,
+) {
+    let (arrived_tx, arrived) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let (arrived_tx, released) = (Mutex::new(arrived_tx), Mutex::new(released));
+    let hold = move |what: &str| {
+        if which(what) {
+            arrived_tx.lock().unwrap().send(()).unwrap();
+            released.lock().unwrap().recv().unwrap();
+        }
+    };
+    (hold, arrived, release)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn checks_answer_while_a_write_holds_the_only_slot() {
     let store = Arc::new(MemoryStore::new().remote());
@@ -27,13 +49,8 @@ async fn checks_answer_while_a_write_holds_the_only_slot() {
         .unwrap();
     // The write below blocks inside the store until released: it holds the engine's one
     // slot all that time.
-    let (arrived_tx, arrived) = mpsc::channel::<()>();
-    let (release, released) = mpsc::channel::<()>();
-    let (arrived_tx, released) = (Mutex::new(arrived_tx), Mutex::new(released));
-    store.on_write(move |_| {
-        arrived_tx.lock().unwrap().send(()).unwrap();
-        released.lock().unwrap().recv().unwrap();
-    });
+    let (hold, arrived, release) = gate(|_| true);
+    store.on_write(hold);
     let engine = Engine::new(EngineConfig {
         concurrency: Some(1),
         ..Default::default()
@@ -92,15 +109,8 @@ async fn a_wal_check_does_not_queue_behind_a_backups_checks() {
             .unwrap();
     }
     // Every HEAD of "bulk" blocks inside the store until released: they fill bulk's lane.
-    let (arrived_tx, arrived) = mpsc::channel::<()>();
-    let (release, released) = mpsc::channel::<()>();
-    let (arrived_tx, released) = (Mutex::new(arrived_tx), Mutex::new(released));
-    store.on_read(move |what| {
-        if what == "head bulk" {
-            arrived_tx.lock().unwrap().send(()).unwrap();
-            released.lock().unwrap().recv().unwrap();
-        }
-    });
+    let (hold, arrived, release) = gate(|what| what == "head bulk");
+    store.on_read(hold);
     let engine = Engine::new(EngineConfig::default());
     let bulk = engine.remote(store.clone() as SharedStore, Class::Bulk);
     let urgent = bulk.with_class(Class::Urgent);
