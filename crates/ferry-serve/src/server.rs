@@ -24,7 +24,7 @@ use crate::peers::Peers;
 use crate::route::{self, Op, Route};
 use crate::sched::{Class, Scheduler};
 use crate::stall::StallIo;
-use crate::store::{Objects, Refused, Reserved, TenantState};
+use crate::store::{Body, Objects, Refused, Reserved, TenantState};
 
 /// restic's v2 listing type: names with sizes.
 const RESTIC_V2: &str = "application/vnd.x.restic.rest.v2";
@@ -38,6 +38,8 @@ type Held = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
 /// A TLS handshake, or a request's head, must arrive within this.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// A staged body goes to disk in chunks of this many bytes (see [`Body::Staged`]).
+const STAGED_CHUNK: usize = 1 << 20;
 
 /// The sweeper's task, stopped with the server.
 struct Sweeper(tokio::task::JoinHandle<()>);
@@ -357,10 +359,15 @@ impl Server {
         let mut done = Done::default();
         let headers = req.headers().clone();
         // Writes: refused before the body is read, then read whole (its length checked)
-        // before a slot is taken: a slow client holds its memory, not a slot.
-        let (body, _memory, reserved) = if let Op::Put { .. } | Op::PutPart { .. } = r.op {
-            match self.read_body(t, r.class, req, &mut done).await {
-                Ok((b, m, q)) => (Some(b), Some(m), Some(q)),
+        // before a slot is taken: a slow client holds its memory (or its file), not a slot.
+        let written = match &r.op {
+            Op::Put { key } => Some(key.clone()),
+            Op::PutPart { upload, part, .. } => Some(Objects::part_key(upload, *part)),
+            _ => None,
+        };
+        let (body, _memory, reserved) = if let Some(key) = written {
+            match self.read_body(t, r.class, &key, req, &mut done).await {
+                Ok((b, m, q)) => (Some(b), m, Some(q)),
                 Err(e) => return (self.refuse(&e), done),
             }
         } else {
@@ -447,29 +454,41 @@ impl Server {
         Ok(Ok(rep))
     }
 
-    /// The body of a write, read whole into one buffer of its announced length; with the
-    /// share of the body-memory budget it holds until the write is done. The time waiting
-    /// for memory and the time receiving go to `done`: the access log tells them apart.
+    /// The body of a write to `key`, read whole: into the object's temp file as it arrives
+    /// where the backend is a directory (holding a chunk's memory while it does), else into
+    /// one buffer of its announced length, with the share of the body-memory budget it holds
+    /// until the write is done. The time waiting for memory and the time receiving go to
+    /// `done`: the access log tells them apart.
     async fn read_body<'t>(
-        &self, t: &'t TenantState, class: Class, req: Request<Incoming>, done: &mut Done,
-    ) -> Result<(Bytes, Held, Reserved<'t>), Refused> {
+        &self, t: &'t TenantState, class: Class, key: &str, req: Request<Incoming>, done: &mut Done,
+    ) -> Result<(Body, Option<Held>, Reserved<'t>), Refused> {
         let len = req
             .headers()
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
             .ok_or_else(|| Refused::new(411, "a Content-Length is needed"))?;
         let reserved = self.objects.may_write(t, len).await?;
+        let mut staged = self.objects.stage(t, key).await?;
+        // A staged body holds memory only for the chunk on its way to disk.
         let holding = Instant::now();
-        let memory = self.hold(t, class, len).await;
+        let memory = match staged {
+            Some(_) => self.hold(t, class, len.min(STAGED_CHUNK as u64)).await,
+            None => self.hold(t, class, len).await,
+        };
         done.memory = holding.elapsed();
         let memory = memory?;
         let receiving = Instant::now();
-        // One buffer of the announced size, filled frame by frame (collecting the frames and
-        // joining them would hold the body twice), from the block-buffer pool: a fresh
-        // multi-MiB buffer per body faulted in every page, a tenth of the server's CPU under
-        // a flood of backups (perf).
-        let mut buf = ferry_store::buffer::with_capacity(len as usize);
+        // One buffer of the announced size (or a chunk), filled frame by frame (collecting
+        // the frames and joining them would hold the body twice), from the block-buffer pool:
+        // a fresh multi-MiB buffer per body faulted in every page, a tenth of the server's CPU
+        // under a flood of backups (perf).
+        let cap = match staged {
+            Some(_) => STAGED_CHUNK.min(len as usize),
+            None => len as usize,
+        };
+        let mut buf = ferry_store::buffer::with_capacity(cap);
         let mut body = req.into_body();
+        let mut got = 0u64;
         // A body that crawls below MIN_RATE holds memory others need: it is cut off.
         let deadline = HEAD_TIMEOUT + Duration::from_secs(len / MIN_RATE);
         let read = async {
@@ -477,28 +496,61 @@ impl Server {
                 let frame = frame.map_err(|e| {
                     Refused::new(400, format!("the body did not arrive whole: {e}"))
                 })?;
-                if let Ok(data) = frame.into_data() {
-                    if (buf.len() + data.len()) as u64 > len {
+                if let Ok(mut data) = frame.into_data() {
+                    got += data.len() as u64;
+                    if got > len {
                         return Err(Refused::new(
                             400,
                             "the body is longer than its Content-Length",
                         ));
                     }
-                    buf.extend_from_slice(&data);
+                    let Some(file) = staged.as_mut() else {
+                        buf.extend_from_slice(&data);
+                        continue;
+                    };
+                    while !data.is_empty() {
+                        let n = data.len().min(cap - buf.len());
+                        buf.extend_from_slice(&data.split_to(n));
+                        if buf.len() == cap || got == len && data.is_empty() {
+                            // The next chunk's buffer from the pool, this one back to it
+                            // once on disk: no fresh pages per chunk.
+                            let next = ferry_store::buffer::with_capacity(cap);
+                            let full = std::mem::replace(&mut buf, next);
+                            file.write(ferry_store::buffer::bytes(full)).await?;
+                        }
+                    }
                 }
             }
             Ok(())
         };
         let read = tokio::time::timeout(deadline, read).await;
         done.body = receiving.elapsed();
-        read.map_err(|_| Refused::new(408, "the body came too slowly"))??;
-        if buf.len() as u64 != len {
-            return Err(Refused::new(
+        let whole = match read {
+            Err(_) => Err(Refused::new(408, "the body came too slowly")),
+            Ok(Ok(())) if got != len => Err(Refused::new(
                 400,
                 "the body is shorter than its Content-Length",
-            ));
+            )),
+            Ok(r) => r,
+        };
+        if let Err(e) = whole {
+            // Nothing of a body that did not come whole stays on disk.
+            if let Some(file) = staged {
+                file.discard().await;
+            }
+            return Err(e);
         }
-        Ok((ferry_store::buffer::bytes(buf), memory, reserved))
+        Ok(match staged {
+            Some(file) => {
+                ferry_store::buffer::give_back(buf);
+                (Body::Staged(file), None, reserved)
+            }
+            None => (
+                Body::Held(ferry_store::buffer::bytes(buf)),
+                Some(memory),
+                reserved,
+            ),
+        })
     }
 
     /// Memory for a body of `len` bytes: from the tenant's share, then from everyone's;
@@ -563,7 +615,7 @@ impl Server {
     }
 
     async fn op(
-        &self, t: &TenantState, r: &Route, headers: &HeaderMap, body: Option<Bytes>,
+        &self, t: &TenantState, r: &Route, headers: &HeaderMap, body: Option<Body>,
         reserved: Option<Reserved<'_>>, done: &mut Done,
     ) -> Result<Reply, Refused> {
         let o = &self.objects;
@@ -579,14 +631,14 @@ impl Server {
             Op::Get { .. } => return Err(Refused::new(500, "a GET outside its path")),
             Op::Put { key } => {
                 let body = body.expect("read before");
-                done.bytes_in = body.len() as u64;
+                done.bytes_in = body.len();
                 o.put(t, r.class, key, body, reserved.expect("with the body"))
                     .await?;
                 reply(200, "")
             }
             Op::PutPart { upload, part, .. } => {
                 let body = body.expect("read before");
-                done.bytes_in = body.len() as u64;
+                done.bytes_in = body.len();
                 o.put_part(
                     t,
                     r.class,

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use ferry_store::Error;
-use ferry_transfer::Remote;
+use ferry_transfer::{Remote, Staged};
 use tokio::sync::OnceCell;
 
 use crate::config::{Role, Tenant};
@@ -86,6 +86,40 @@ impl Drop for Reserved<'_> {
         if let Some(used) = self.used {
             release(used, self.len);
         }
+    }
+}
+
+/// A write's body, whole: in memory, or already on disk where it will appear.
+#[derive(Debug)]
+pub enum Body {
+    /// Held in memory (counted in the body-memory budget), sent in the write's turn.
+    Held(Bytes),
+    /// Written to the object's temp file as it arrived (a directory backend, as
+    /// rest-server does: a slow client holds a file, not memory); the write's turn makes it
+    /// durable and renames it into place.
+    Staged(Staged),
+}
+
+impl Body {
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Body::Held(b) => b.len() as u64,
+            Body::Staged(s) => s.len(),
+        }
+    }
+
+    /// True when it has no byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stores the body at `full`; its length.
+    async fn write(self, remote: &Remote, full: &str) -> Result<u64, Refused> {
+        Ok(match self {
+            Body::Held(b) => remote.upload_bytes(b, full, None).await?,
+            Body::Staged(s) => s.publish().await?,
+        })
     }
 }
 
@@ -242,6 +276,13 @@ impl Objects {
         }
     }
 
+    /// Where `key`'s body goes as it arrives (its temp file in a directory backend), or
+    /// `None` where bodies are held whole first (a backend with round trips). Nothing
+    /// appears under `key` until the write's turn (see [`Body::Staged`]).
+    pub async fn stage(&self, t: &TenantState, key: &str) -> Result<Option<Staged>, Refused> {
+        Ok(self.backend.stage(&self.full(t, key)).await?)
+    }
+
     /// Size of an object.
     pub async fn head(&self, t: &TenantState, class: Class, key: &str) -> Result<u64, Refused> {
         Ok(self.remote(class).head(&self.full(t, key)).await?.size)
@@ -299,7 +340,7 @@ impl Objects {
 
     /// Stores `body` at `key`: an append-only tenant only where nothing is.
     pub async fn put(
-        &self, t: &TenantState, class: Class, key: &str, body: Bytes, reserved: Reserved<'_>,
+        &self, t: &TenantState, class: Class, key: &str, body: Body, reserved: Reserved<'_>,
     ) -> Result<(), Refused> {
         let (full, remote) = (self.full(t, key), self.remote(class));
         let _claim = self.create_only(t, &remote, &full).await?;
@@ -312,8 +353,7 @@ impl Objects {
             },
             false => None,
         };
-        let len = body.len() as u64;
-        remote.upload_bytes(body, &full, None).await?;
+        let len = body.write(&remote, &full).await?;
         self.listings.wrote(&full, len);
         reserved.keep();
         if let (Some(used), Some(old)) = (t.used.get(), old) {
@@ -328,13 +368,13 @@ impl Objects {
     }
 
     /// The key of block `part` of session `upload` (below the tenant's prefix).
-    fn part_key(upload: &str, part: u32) -> String {
+    pub fn part_key(upload: &str, part: u32) -> String {
         format!("{}{part:06}", Self::session_dir(upload))
     }
 
     /// Stores one block of an upload session: a create, allowed to every writing tenant.
     pub async fn put_part(
-        &self, t: &TenantState, class: Class, upload: &str, part: u32, body: Bytes,
+        &self, t: &TenantState, class: Class, upload: &str, part: u32, body: Body,
         reserved: Reserved<'_>,
     ) -> Result<(), Refused> {
         let (full, remote) = (
@@ -344,7 +384,7 @@ impl Objects {
         // Blocks too are create-only for an append-only tenant: another holder of its token
         // must not swap a block of a session under way.
         let _claim = self.create_only(t, &remote, &full).await?;
-        remote.upload_bytes(body, &full, None).await?;
+        body.write(&remote, &full).await?;
         reserved.keep();
         Ok(())
     }

@@ -12,6 +12,7 @@ pub mod plan;
 mod remote;
 pub mod retry;
 pub mod scheduler;
+mod staged;
 mod started;
 mod stream;
 mod tuner;
@@ -31,6 +32,7 @@ pub use plan::BlockPlan;
 pub use remote::{Described, Remote};
 pub use retry::RetryPolicy;
 pub use scheduler::{Class, Scheduler};
+pub use staged::Staged;
 pub use started::Started;
 
 /// A store shared between the engine's tasks.

@@ -69,6 +69,11 @@ impl Remote {
         self.store.is_local()
     }
 
+    /// The store below, for the engine's own modules.
+    pub(crate) fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
     /// Size, etag and metadata of one object (in the light lane: see [`Engine::request_light`]).
     pub async fn head(&self, key: &str) -> Result<ObjectInfo> {
         let what = format!("head {key}");

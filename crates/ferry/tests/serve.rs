@@ -678,6 +678,68 @@ fn one_tenant_cannot_take_all_the_body_memory() {
     assert_eq!(code, 200, "alice waited for bob's stalled bodies");
 }
 
+/// Over a directory backend a body goes to its file as it arrives (as rest-server's do), not
+/// into memory first: bodies stalled half-way hold a chunk of memory each, not their length,
+/// so the same tenant's next write goes through; nothing of them appears under their keys,
+/// and a body cut off leaves no file behind.
+#[test]
+fn bodies_stream_to_a_directory_backend() {
+    // bob's share of the body memory is 16 MiB: one stalled body held whole took all of it,
+    // and his next write waited for it until refused (503).
+    let served = Served::start("max_body = \"16MiB\"\nbody_memory = \"64MiB\"");
+    for i in 0..4 {
+        let head = served.head("PUT", &format!("/v1/bob/stall-{i}"), "bob", 16 << 20);
+        let (port, ca) = (served.port, served.ca.clone());
+        std::thread::spawn(move || servekit::send(port, &ca, &head, &[5u8; 2 << 20]));
+    }
+    let staged = |n: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while temp_files(&served.store.join("bob")) != n {
+            assert!(std::time::Instant::now() < deadline, "not {n} temp files");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    staged(4);
+    let body = vec![1u8; 3 << 20];
+    let (code, _) = served.request("PUT", "/v1/bob/through", Some("bob"), &body);
+    assert_eq!(
+        code, 200,
+        "bob's write waited for his stalled bodies' memory"
+    );
+    assert_eq!(
+        std::fs::read(served.store.join("bob/through")).unwrap(),
+        body
+    );
+    assert!((0..4).all(|i| !served.store.join(format!("bob/stall-{i}")).exists()));
+    // Cut off half-way: refused, and its file goes.
+    let head = served.head("PUT", "/v1/alice/cut", "alice", 4 << 20);
+    let (code, _) = served.raw(&head, &[7u8; 3 << 20], true);
+    assert!(
+        code == 0 || (400..500).contains(&code),
+        "a cut body: {code}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while temp_files(&served.store.join("alice")) != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a cut body's file stayed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!served.store.join("alice/cut").exists());
+}
+
+/// ferry's temp files (`.NAME.ferry-tmp-TAG`) in `dir`.
+fn temp_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.filter(|e| {
+            let e = e.as_ref().unwrap();
+            e.file_name().to_string_lossy().contains(".ferry-tmp-")
+        })
+        .count()
+    })
+}
+
 #[test]
 fn abandoned_upload_sessions_are_swept_and_live_ones_kept() {
     let served = Served::start(&format!("{LIMITS}\nupload_idle = 2"));
