@@ -5,6 +5,7 @@
 //! protocol (v2), and writes through the transfer engine to any backend ferry has.
 #![warn(missing_docs)]
 
+pub mod answer;
 pub mod config;
 pub mod keys;
 pub mod listings;

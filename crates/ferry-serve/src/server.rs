@@ -12,12 +12,13 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, RANGE, RETRY_AFTER};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
+use crate::answer::{Held, Out};
 use crate::config::{hash_matches, Config};
 use crate::metrics::{Done, Metrics};
 use crate::peers::Peers;
@@ -32,13 +33,11 @@ const RESTIC_V2: &str = "application/vnd.x.restic.rest.v2";
 const MAX_HEAD: usize = 64 << 10;
 /// Slowest a body may arrive (after [`HEAD_TIMEOUT`] of grace): bytes per second.
 const MIN_RATE: u64 = 64 << 10;
-/// Memory held for one body: the tenant's share (none for an urgent body taken from the
-/// reserve) and everyone's, or the urgent reserve's.
-type Held = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
 /// A TLS handshake, or a request's head, must arrive within this.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
-/// A staged body goes to disk in chunks of this many bytes (see [`Body::Staged`]).
+/// A staged body goes to disk, and a streamed answer comes from it, in chunks of this many
+/// bytes (see [`Body::Staged`] and [`Out::streamed`]).
 const STAGED_CHUNK: usize = 1 << 20;
 
 /// The sweeper's task, stopped with the server.
@@ -74,50 +73,12 @@ pub struct Server {
 
 type Reply = Response<Out>;
 
-/// An answer's body. An object's bytes carry the memory permits they were read under (see
-/// [`Pinned`]), given back when hyper has written them, not when it takes them.
-#[derive(Default)]
-pub struct Out {
-    body: Full<Bytes>,
-}
-
-impl http_body::Body for Out {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// Bytes with the memory permits they hold: hyper drops the body once it has taken its one
-/// frame, long before a client that reads slowly (or not at all) has the bytes; the frame
-/// itself lives until written, so the permits go with it.
-struct Pinned {
-    bytes: Bytes,
-    _held: Held,
-}
-
-impl AsRef<[u8]> for Pinned {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
-    }
-}
-
 fn reply(status: u16, body: impl Into<Bytes>) -> Reply {
-    let mut r = Response::new(Out {
-        body: Full::new(body.into()),
-    });
+    answer(status, Out::whole(body))
+}
+
+fn answer(status: u16, body: Out) -> Reply {
+    let mut r = Response::new(body);
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r
 }
@@ -426,26 +387,38 @@ impl Server {
         held: Option<(u64, Held)>, done: &mut Done,
     ) -> Result<Result<Reply, u64>, Refused> {
         let o = &self.objects;
-        let (rg, size) = o.span(t, r.class, key, range(headers)?).await?;
+        // A directory backend's file is opened (in the slot) and streamed (outside it).
+        let file = o.open(t, r.class, key).await?;
+        let (rg, size) = match &file {
+            Some(f) => (o.cut(f.size(), range(headers)?)?, f.size()),
+            None => o.span(t, r.class, key, range(headers)?).await?,
+        };
         let len = rg.end - rg.start;
+        // A streamed answer holds memory for the chunks on their way, not for its length.
+        let need = match file {
+            Some(_) => len.min(2 * STAGED_CHUNK as u64),
+            None => len,
+        };
         let held = match held {
-            Some((n, h)) if n >= len => h,
+            Some((n, h)) if n >= need => h,
             other => {
                 // Memory held for a smaller answer goes back before more is asked for.
                 drop(other);
-                match self.hold_now(t, r.class, len) {
+                match self.hold_now(t, r.class, need) {
                     Some(h) => h,
-                    None => return Ok(Err(len)),
+                    None => return Ok(Err(need)),
                 }
             }
         };
         // An empty object has no byte to give a range of: all of it, 200.
         let ranged = headers.contains_key(RANGE) && size > 0;
-        let bytes = o.read(t, r.class, key, rg.clone()).await?;
-        done.bytes_out = bytes.len() as u64;
+        done.bytes_out = len;
         // The answer holds memory until it is written (or the client is gone).
-        let pinned = Bytes::from_owner(Pinned { bytes, _held: held });
-        let mut rep = reply(if ranged { 206 } else { 200 }, pinned);
+        let body = match file {
+            Some(f) => Out::streamed(f, rg.clone(), STAGED_CHUNK as u64, held),
+            None => Out::pinned(o.read(t, r.class, key, rg.clone()).await?, held),
+        };
+        let mut rep = answer(if ranged { 206 } else { 200 }, body);
         if ranged {
             let v = format!("bytes {}-{}/{size}", rg.start, rg.end.saturating_sub(1));
             rep.headers_mut()

@@ -294,7 +294,12 @@ impl Objects {
         &self, t: &TenantState, class: Class, key: &str, range: Option<Range<u64>>,
     ) -> Result<(Range<u64>, u64), Refused> {
         let size = self.head(t, class, key).await?;
-        // A range past the end is cut at it; one that starts past it is refused.
+        Ok((self.cut(size, range)?, size))
+    }
+
+    /// The part of an object of `size` bytes that `range` asks for (all of it when `None`);
+    /// a range past the end is cut at it, one that starts past it refused.
+    pub fn cut(&self, size: u64, range: Option<Range<u64>>) -> Result<Range<u64>, Refused> {
         let range = range.map_or(0..size, |r| r.start..r.end.min(size));
         if range.start > range.end || (range.start >= size && size > 0) {
             return Err(Refused::new(416, format!("the object has {size} bytes")));
@@ -305,7 +310,15 @@ impl Objects {
                 format!("ranges are at most {} bytes", self.max_body),
             ));
         }
-        Ok((range, size))
+        Ok(range)
+    }
+
+    /// An object opened to be streamed from (a directory backend's file), or `None` where
+    /// each read is a request (see [`ferry_store::Store::open`]).
+    pub async fn open(
+        &self, t: &TenantState, class: Class, key: &str,
+    ) -> Result<Option<ferry_store::Opened>, Refused> {
+        Ok(self.remote(class).open(&self.full(t, key)).await?)
     }
 
     /// `range` of an object, as [`Objects::span`] gave it.

@@ -15,6 +15,7 @@ pub mod flow;
 pub mod local;
 mod location;
 pub mod memory;
+mod opened;
 pub mod served;
 pub mod size;
 
@@ -27,6 +28,7 @@ use bytes::Bytes;
 
 pub use error::{Error, Result};
 pub use location::{is_tenant_name, Location, Scheme, Secret, TENANT_NAME};
+pub use opened::Opened;
 
 /// User metadata stored with an object (keys without any backend prefix; C# identifiers,
 /// as Azure requires).
@@ -183,6 +185,13 @@ pub trait Store: Send + Sync + fmt::Debug {
         let info = self.head(key).await?;
         let data = self.get_range(key, 0..len.min(info.size)).await?;
         Ok((info, data))
+    }
+    /// Opens an object to read it in parts without a request each (a file), or `None` where
+    /// every read is a request of its own: a server then streams a large answer from it
+    /// holding a part's memory at a time, as from a file, where a store with round trips
+    /// needs the whole answer in hand first.
+    async fn open(&self, _key: &str) -> Result<Option<Opened>> {
+        Ok(None)
     }
     /// Every object under `prefix`, recursively, sorted by key.
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;

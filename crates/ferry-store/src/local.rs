@@ -230,6 +230,24 @@ impl Store for LocalStore {
         })
     }
 
+    async fn open(&self, key: &str) -> Result<Option<crate::Opened>> {
+        let path = self.path(key);
+        blocking(move || {
+            let io = |e| Error::io(path.display(), e);
+            let f = File::open(&path).map_err(io)?;
+            let meta = f.metadata().map_err(io)?;
+            if !meta.is_file() {
+                return Err(Error::Invalid(format!(
+                    "{} is not a regular file",
+                    path.display()
+                )));
+            }
+            let name = path.display().to_string();
+            Ok(Some(crate::Opened::new(f, meta.len(), &name)))
+        })
+        .await
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let root = self.root.clone();
         let start = self.path(prefix);

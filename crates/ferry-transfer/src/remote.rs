@@ -102,6 +102,14 @@ impl Remote {
         Ok(got)
     }
 
+    /// `key` opened to be read in parts without a request each (a file), or `None` where
+    /// every read is a request (see [`ferry_store::Store::open`]; in the light lane).
+    pub async fn open(&self, key: &str) -> Result<Option<ferry_store::Opened>> {
+        let what = format!("open {key}");
+        let op = || self.store.open(key);
+        self.engine.request_light(self.class, &what, 0, op).await
+    }
+
     /// Every object under `prefix`, recursively, sorted by key (in the light lane).
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let what = format!("list {prefix}");

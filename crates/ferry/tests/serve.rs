@@ -775,7 +775,6 @@ fn abandoned_upload_sessions_are_swept_and_live_ones_kept() {
 /// served; once the reader is gone, the waiting requests are answered.
 #[test]
 fn answers_nobody_reads_do_not_hold_the_slots() {
-    use std::io::Write;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let served = std::sync::Arc::new(Served::start(
         "slots = 2\nmax_body = \"16MiB\"\nbody_memory = \"64MiB\"",
@@ -783,30 +782,11 @@ fn answers_nobody_reads_do_not_hold_the_slots() {
     let big = vec![3u8; 16 << 20];
     let put = served.request("PUT", "/v1/alice/big", Some("alice"), &big);
     assert_eq!(put.0, 200, "{}", String::from_utf8_lossy(&put.1));
-    // 16 MiB is more than the sockets hold (the reader's kept at 64 KiB, whatever the
-    // host's tuning): the answer's memory, all of alice's share, stays taken while nobody
-    // reads.
-    let mut unread = served.stream();
-    {
-        use std::os::fd::AsRawFd;
-        let small: libc::c_int = 64 << 10;
-        // SAFETY: a valid socket and a c_int option of its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                unread.sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                (&small as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(rc, 0, "SO_RCVBUF");
-    }
-    let head = served.head("GET", "/v1/alice/big", "alice", 0);
-    unread
-        .write_all(head.replace('\n', "\r\n").as_bytes())
-        .unwrap();
-    unread.flush().unwrap();
+    // Answers nobody reads, streamed from the directory backend, each holding two 1 MiB
+    // chunks of memory until its 16 MiB are taken: eight take all of alice's share.
+    let unread: Vec<_> = (0..8)
+        .map(|_| unread_get(&served, "/v1/alice/big", "alice"))
+        .collect();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     // As many more of alice's GETs as there are slots: each waits for memory.
     let answered = std::sync::Arc::new(AtomicUsize::new(0));
@@ -840,6 +820,62 @@ fn answers_nobody_reads_do_not_hold_the_slots() {
         assert_eq!(code, 200, "a GET that waited for memory");
         assert!(body == big, "a GET that waited for memory got other bytes");
     }
+}
+
+/// A GET by `tenant` whose answer nobody reads: 16 MiB is more than the sockets hold (the
+/// reader's kept at 64 KiB, whatever the host's tuning), so the answer stays unfinished
+/// until the connection is dropped.
+fn unread_get(
+    served: &Served, path: &str, tenant: &str,
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let mut unread = served.stream();
+    let small: libc::c_int = 64 << 10;
+    // SAFETY: a valid socket and a c_int option of its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            unread.sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&small as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVBUF");
+    let head = served.head("GET", path, tenant, 0);
+    unread
+        .write_all(head.replace('\n', "\r\n").as_bytes())
+        .unwrap();
+    unread.flush().unwrap();
+    unread
+}
+
+/// Over a directory backend an answer is read from the file as the client takes it: an
+/// answer nobody reads holds two chunks of memory, not its length, so the same tenant's
+/// next reads are answered at once.
+#[test]
+fn answers_stream_from_a_directory_backend() {
+    // bob's share of the body memory is 16 MiB: one unread 12 MiB answer held whole took
+    // most of it, and his next reads waited for it until refused (503).
+    let served = Served::start("max_body = \"16MiB\"\nbody_memory = \"64MiB\"");
+    let big: Vec<u8> = (0..12u32 << 20).map(|i| (i % 251) as u8).collect();
+    assert_eq!(served.request("PUT", "/v1/bob/big", Some("bob"), &big).0, 200);
+    let _unread: Vec<_> = (0..4)
+        .map(|_| unread_get(&served, "/v1/bob/big", "bob"))
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (code, body) = served.request("GET", "/v1/bob/big", Some("bob"), b"");
+    assert_eq!(code, 200, "bob's read waited for his unread answers' memory");
+    assert!(body == big, "a streamed answer has other bytes");
+    // A range across chunks.
+    let auth = format!("Authorization: Bearer {}\n", served.tenant("bob").token);
+    let head = format!(
+        "GET /v1/bob/big HTTP/1.1\nHost: h\n{auth}Range: bytes=1048570-3145740\nConnection: close\n\n"
+    );
+    let (code, part) = served.raw(&head, b"", false);
+    assert_eq!(code, 206);
+    assert!(part == big[1048570..=3145740], "a streamed range has other bytes");
 }
 
 /// Writes in flight together cannot pass a quota each on its own (their bytes count from

@@ -1,0 +1,118 @@
+//! Answers' bodies, and the body memory they hold until written: an object's bytes whole in
+//! memory (read from a store with round trips), or read from an open file a chunk at a time
+//! as the client takes them (a directory backend, as rest-server copies from the file).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use ferry_store::Opened;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use http_body::{Frame, SizeHint};
+use http_body_util::Full;
+use tokio::sync::OwnedSemaphorePermit;
+
+/// Memory held for one body: the tenant's share (none for an urgent body taken from the
+/// reserve) and everyone's, or the urgent reserve's.
+pub type Held = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
+
+/// An answer's body. An object's bytes carry the memory permits they were read under (see
+/// [`Pinned`]), given back when hyper has written them, not when it takes them.
+pub enum Out {
+    /// All of it in memory.
+    Whole(Full<Bytes>),
+    /// Chunks read as hyper asks for them; the bytes still to come.
+    Streamed(BoxStream<'static, Result<Bytes, ferry_store::Error>>, u64),
+}
+
+impl Out {
+    /// `bytes`, whole.
+    pub fn whole(bytes: impl Into<Bytes>) -> Out {
+        Out::Whole(Full::new(bytes.into()))
+    }
+
+    /// An object's bytes in memory, holding `held` until hyper has written them.
+    pub fn pinned(bytes: Bytes, held: Held) -> Out {
+        Out::whole(Bytes::from_owner(Pinned { bytes, _held: held }))
+    }
+
+    /// `range` of `file`, read `chunk` bytes at a time as hyper takes them, holding `held`
+    /// (room for the chunks hyper may hold unwritten) until the last one is taken or the
+    /// answer dropped. A read that fails ends the answer short: hyper then closes the
+    /// connection, and the client sees less than the Content-Length it was told.
+    pub fn streamed(file: Opened, range: std::ops::Range<u64>, chunk: u64, held: Held) -> Out {
+        let end = range.end;
+        let chunks =
+            futures::stream::unfold(Some((file, range.start, held)), move |state| async move {
+                let (file, at, held) = state?;
+                if at >= end {
+                    return None;
+                }
+                let next = (at + chunk).min(end);
+                match file.read(at..next).await {
+                    Ok(b) => Some((Ok(b), Some((file, next, held)))),
+                    Err(e) => Some((Err(e), None)),
+                }
+            });
+        Out::Streamed(chunks.boxed(), range.end - range.start)
+    }
+}
+
+impl Default for Out {
+    fn default() -> Out {
+        Out::whole(Bytes::new())
+    }
+}
+
+impl http_body::Body for Out {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>, cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        match self.get_mut() {
+            Out::Whole(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map_err(|never| match never {}),
+            Out::Streamed(chunks, left) => match chunks.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(b))) => {
+                    *left = left.saturating_sub(b.len() as u64);
+                    Poll::Ready(Some(Ok(Frame::data(b))))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(std::io::Error::other(e)))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Out::Whole(body) => body.is_end_stream(),
+            Out::Streamed(_, left) => *left == 0,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Out::Whole(body) => body.size_hint(),
+            Out::Streamed(_, left) => SizeHint::with_exact(*left),
+        }
+    }
+}
+
+/// Bytes with the memory permits they hold: hyper drops the body once it has taken its one
+/// frame, long before a client that reads slowly (or not at all) has the bytes; the frame
+/// itself lives until written, so the permits go with it.
+struct Pinned {
+    bytes: Bytes,
+    _held: Held,
+}
+
+impl AsRef<[u8]> for Pinned {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
