@@ -394,9 +394,10 @@ impl Server {
             None => o.span(t, r.class, key, range(headers)?).await?,
         };
         let len = rg.end - rg.start;
-        // A streamed answer holds memory for the chunks on their way, not for its length.
+        // A streamed answer holds memory for the chunks on their way, not for its length:
+        // one read ahead, one hyper is writing, one it may hold unwritten.
         let need = match file {
-            Some(_) => len.min(2 * STAGED_CHUNK as u64),
+            Some(_) => len.min((crate::answer::READ_AHEAD as u64 + 2) * STAGED_CHUNK as u64),
             None => len,
         };
         let held = match held {

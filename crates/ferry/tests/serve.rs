@@ -782,9 +782,9 @@ fn answers_nobody_reads_do_not_hold_the_slots() {
     let big = vec![3u8; 16 << 20];
     let put = served.request("PUT", "/v1/alice/big", Some("alice"), &big);
     assert_eq!(put.0, 200, "{}", String::from_utf8_lossy(&put.1));
-    // Answers nobody reads, streamed from the directory backend, each holding two 1 MiB
-    // chunks of memory until its 16 MiB are taken: eight take all of alice's share.
-    let unread: Vec<_> = (0..8)
+    // Answers nobody reads, streamed from the directory backend, each holding three 1 MiB
+    // chunks of memory until its 16 MiB are taken: six take all of alice's share.
+    let unread: Vec<_> = (0..6)
         .map(|_| unread_get(&served, "/v1/alice/big", "alice"))
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -852,7 +852,7 @@ fn unread_get(
 }
 
 /// Over a directory backend an answer is read from the file as the client takes it: an
-/// answer nobody reads holds two chunks of memory, not its length, so the same tenant's
+/// answer nobody reads holds three chunks of memory, not its length, so the same tenant's
 /// next reads are answered at once.
 #[test]
 fn answers_stream_from_a_directory_backend() {
@@ -860,13 +860,19 @@ fn answers_stream_from_a_directory_backend() {
     // most of it, and his next reads waited for it until refused (503).
     let served = Served::start("max_body = \"16MiB\"\nbody_memory = \"64MiB\"");
     let big: Vec<u8> = (0..12u32 << 20).map(|i| (i % 251) as u8).collect();
-    assert_eq!(served.request("PUT", "/v1/bob/big", Some("bob"), &big).0, 200);
+    assert_eq!(
+        served.request("PUT", "/v1/bob/big", Some("bob"), &big).0,
+        200
+    );
     let _unread: Vec<_> = (0..4)
         .map(|_| unread_get(&served, "/v1/bob/big", "bob"))
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let (code, body) = served.request("GET", "/v1/bob/big", Some("bob"), b"");
-    assert_eq!(code, 200, "bob's read waited for his unread answers' memory");
+    assert_eq!(
+        code, 200,
+        "bob's read waited for his unread answers' memory"
+    );
     assert!(body == big, "a streamed answer has other bytes");
     // A range across chunks.
     let auth = format!("Authorization: Bearer {}\n", served.tenant("bob").token);
@@ -875,7 +881,10 @@ fn answers_stream_from_a_directory_backend() {
     );
     let (code, part) = served.raw(&head, b"", false);
     assert_eq!(code, 206);
-    assert!(part == big[1048570..=3145740], "a streamed range has other bytes");
+    assert!(
+        part == big[1048570..=3145740],
+        "a streamed range has other bytes"
+    );
 }
 
 /// Writes in flight together cannot pass a quota each on its own (their bytes count from
