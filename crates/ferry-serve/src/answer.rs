@@ -13,9 +13,6 @@ use http_body::{Frame, SizeHint};
 use http_body_util::Full;
 use tokio::sync::OwnedSemaphorePermit;
 
-/// Chunks a streamed answer reads ahead of the one hyper is writing.
-pub const READ_AHEAD: usize = 1;
-
 /// Memory held for one body: the tenant's share (none for an urgent body taken from the
 /// reserve) and everyone's, or the urgent reserve's.
 pub type Held = (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit);
@@ -40,27 +37,22 @@ impl Out {
         Out::whole(Bytes::from_owner(Pinned { bytes, _held: held }))
     }
 
-    /// `range` of `file`, read `chunk` bytes at a time as hyper takes them, the next chunk
-    /// read while hyper writes one (a read waits for a blocking thread, which on a busy
-    /// host is time the connection would otherwise idle), holding `held` (room for the
-    /// chunks read ahead and those hyper holds unwritten) until the answer is dropped. A
-    /// read that fails ends the answer short: hyper then closes the connection, and the
-    /// client sees less than the Content-Length it was told.
+    /// `range` of `file`, read `chunk` bytes at a time as hyper takes them, holding `held`
+    /// (room for the chunk being read and one hyper may hold unwritten) until the answer is
+    /// dropped. A read that fails ends the answer short: hyper then closes the connection,
+    /// and the client sees less than the Content-Length it was told. (Reading the next chunk
+    /// while hyper writes one bought nothing measurable: bench/README.md, "Bodies and
+    /// answers through the file".)
     pub fn streamed(file: Opened, range: std::ops::Range<u64>, chunk: u64, held: Held) -> Out {
         let len = range.end - range.start;
         let end = range.end;
         let parts = (range.start..end).step_by(chunk as usize);
-        let reads = futures::stream::iter(parts)
-            .map(move |at| {
-                let file = file.clone();
-                async move { file.read(at..(at + chunk).min(end)).await }
-            })
-            .buffered(READ_AHEAD + 1)
-            .map(move |r| {
-                // The memory goes back when the answer is dropped, not before.
-                let _ = &held;
-                r
-            });
+        let reads = futures::stream::iter(parts).then(move |at| {
+            // `held` lives in the stream: its memory goes back when the answer is dropped.
+            let _ = &held;
+            let file = file.clone();
+            async move { file.read(at..(at + chunk).min(end)).await }
+        });
         Out::Streamed(reads.boxed(), len)
     }
 }

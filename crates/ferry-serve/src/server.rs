@@ -201,8 +201,10 @@ impl Server {
         }
     }
 
-    /// Removes abandoned upload sessions every `upload_idle`, for good.
+    /// Removes what a killed server left (temp files of bodies it was receiving) once, then
+    /// abandoned upload sessions every `upload_idle`, for good.
     async fn sweep(self: Arc<Self>) {
+        self.objects.sweep_temp().await;
         let mut seen = HashMap::new();
         loop {
             tokio::time::sleep(self.upload_idle).await;
@@ -395,9 +397,9 @@ impl Server {
         };
         let len = rg.end - rg.start;
         // A streamed answer holds memory for the chunks on their way, not for its length:
-        // one read ahead, one hyper is writing, one it may hold unwritten.
+        // the one being read, and one hyper may hold unwritten.
         let need = match file {
-            Some(_) => len.min((crate::answer::READ_AHEAD as u64 + 2) * STAGED_CHUNK as u64),
+            Some(_) => len.min(2 * STAGED_CHUNK as u64),
             None => len,
         };
         let held = match held {

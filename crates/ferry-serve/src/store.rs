@@ -123,6 +123,11 @@ impl Body {
     }
 }
 
+/// A temp file idle this long is no live body's: one being received is written at least every
+/// 16 s (a 1 MiB chunk at the slowest rate a body may come), and one waiting for its turn waits
+/// seconds to minutes.
+pub const TEMP_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// One tenant's settings and the bytes it holds.
 #[derive(Debug)]
 pub struct TenantState {
@@ -503,6 +508,16 @@ impl Objects {
             }
         }
         Ok(())
+    }
+
+    /// Removes the temp files of bodies a killed server was receiving (over a directory
+    /// backend): those idle for [`TEMP_IDLE`], past any live body's.
+    pub async fn sweep_temp(&self) {
+        match self.backend.sweep_temp(&self.base, TEMP_IDLE).await {
+            Ok(0) => {}
+            Ok(n) => eprintln!("{}", serde_json::json!({"sweep": "temp", "files": n})),
+            Err(e) => eprintln!("ferry serve: sweep of temp files: {e}"),
+        }
     }
 
     /// Removes the upload sessions that have not changed since the last sweep, whose blocks

@@ -193,6 +193,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn open(&self, _key: &str) -> Result<Option<Opened>> {
         Ok(None)
     }
+    /// Removes ferry's own temp files under `prefix` not written to for `idle` (a writer
+    /// killed mid-write leaves its temp file behind, never listed nor served, but on disk);
+    /// how many went. Stores whose writes leave no such files do nothing.
+    async fn sweep_temp(&self, _prefix: &str, _idle: std::time::Duration) -> Result<usize> {
+        Ok(0)
+    }
     /// Every object under `prefix`, recursively, sorted by key.
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
     /// Deletes an object; deleting a missing object is not an error.

@@ -144,6 +144,35 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<ObjectInfo>) -> Result<()> {
     Ok(())
 }
 
+/// Removes the temp files below `dir` last modified before `cutoff`; how many. Only regular
+/// files by their own metadata: a link named like a temp file is not followed nor removed,
+/// nor a directory walked through a link.
+fn sweep(dir: &Path, cutoff: std::time::SystemTime) -> Result<usize> {
+    let mut gone = 0;
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io(dir.display(), e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir.display(), e))?;
+        let path = entry.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            gone += sweep(&path, cutoff)?;
+        } else if meta.is_file()
+            && entry.file_name().to_string_lossy().contains(TMP_MARK)
+            && meta.modified().is_ok_and(|m| m < cutoff)
+            && fs::remove_file(&path).is_ok()
+        {
+            gone += 1;
+        }
+    }
+    Ok(gone)
+}
+
 #[async_trait]
 impl Store for LocalStore {
     fn url(&self) -> String {
@@ -246,6 +275,12 @@ impl Store for LocalStore {
             Ok(Some(crate::Opened::new(f, meta.len(), &name)))
         })
         .await
+    }
+
+    async fn sweep_temp(&self, prefix: &str, idle: std::time::Duration) -> Result<usize> {
+        let dir = self.path(prefix);
+        let cutoff = std::time::SystemTime::now() - idle;
+        blocking(move || sweep(&dir, cutoff)).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {

@@ -110,6 +110,14 @@ impl Remote {
         self.engine.request_light(self.class, &what, 0, op).await
     }
 
+    /// Removes the store's leftover temp files under `prefix` idle for `idle` (see
+    /// [`ferry_store::Store::sweep_temp`]); how many. Tried once, in the light lane.
+    pub async fn sweep_temp(&self, prefix: &str, idle: std::time::Duration) -> Result<usize> {
+        let what = format!("sweep {prefix}");
+        let op = || self.store.sweep_temp(prefix, idle);
+        self.engine.request_light(self.class, &what, 0, op).await
+    }
+
     /// Every object under `prefix`, recursively, sorted by key (in the light lane).
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let what = format!("list {prefix}");

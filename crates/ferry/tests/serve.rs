@@ -729,6 +729,48 @@ fn bodies_stream_to_a_directory_backend() {
     assert!(!served.store.join("alice/cut").exists());
 }
 
+/// What a killed server leaves over a directory backend (the temp files of bodies it was
+/// receiving) is removed at the next start once idle past any live body's; a fresh one is
+/// kept, and a link named like one is neither followed nor removed.
+#[test]
+fn temp_files_a_killed_server_left_are_swept_at_start() {
+    let mut served = Served::start(LIMITS);
+    let dir = served.store.join("alice");
+    std::fs::create_dir_all(dir.join("data/ab")).unwrap();
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    let aged = |p: &std::path::Path, body: &[u8]| {
+        std::fs::write(p, body).unwrap();
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(two_hours_ago).unwrap();
+    };
+    let old = dir.join("data/ab/.abcd.ferry-tmp-00000000000000aa");
+    aged(&old, b"half a body");
+    let fresh = dir.join(".obj.ferry-tmp-00000000000000bb");
+    std::fs::write(&fresh, b"a body arriving").unwrap();
+    let outside = served.dir.join("outside");
+    aged(&outside, b"not the server's");
+    let link = dir.join(".x.ferry-tmp-00000000000000cc");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    assert_eq!(temp_files(&dir.join("data/ab")), 1);
+    served.kill9_and_restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while old.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an old temp file stayed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(fresh.exists(), "a fresh temp file went");
+    assert!(link.symlink_metadata().is_ok(), "a link went");
+    assert_eq!(std::fs::read(&outside).unwrap(), b"not the server's");
+    assert!(
+        served.log().contains("\"sweep\":\"temp\""),
+        "{}",
+        served.log()
+    );
+}
+
 /// ferry's temp files (`.NAME.ferry-tmp-TAG`) in `dir`.
 fn temp_files(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |d| {
@@ -782,9 +824,9 @@ fn answers_nobody_reads_do_not_hold_the_slots() {
     let big = vec![3u8; 16 << 20];
     let put = served.request("PUT", "/v1/alice/big", Some("alice"), &big);
     assert_eq!(put.0, 200, "{}", String::from_utf8_lossy(&put.1));
-    // Answers nobody reads, streamed from the directory backend, each holding three 1 MiB
-    // chunks of memory until its 16 MiB are taken: six take all of alice's share.
-    let unread: Vec<_> = (0..6)
+    // Answers nobody reads, streamed from the directory backend, each holding two 1 MiB
+    // chunks of memory until its 16 MiB are taken: eight take all of alice's share.
+    let unread: Vec<_> = (0..8)
         .map(|_| unread_get(&served, "/v1/alice/big", "alice"))
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -852,7 +894,7 @@ fn unread_get(
 }
 
 /// Over a directory backend an answer is read from the file as the client takes it: an
-/// answer nobody reads holds three chunks of memory, not its length, so the same tenant's
+/// answer nobody reads holds two chunks of memory, not its length, so the same tenant's
 /// next reads are answered at once.
 #[test]
 fn answers_stream_from_a_directory_backend() {
