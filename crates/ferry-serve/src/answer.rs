@@ -3,6 +3,7 @@
 //! as the client takes them (a directory backend, as rest-server copies from the file).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -34,27 +35,38 @@ impl Out {
 
     /// An object's bytes in memory, holding `held` until hyper has written them.
     pub fn pinned(bytes: Bytes, held: Held) -> Out {
-        Out::whole(Bytes::from_owner(Pinned { bytes, _held: held }))
+        Out::whole(pin(bytes, &Arc::new(held)))
     }
 
-    /// `range` of `file`, read `chunk` bytes at a time as hyper takes them, holding `held`
-    /// (room for the chunk being read and one hyper may hold unwritten) until the answer is
-    /// dropped. A read that fails ends the answer short: hyper then closes the connection,
-    /// and the client sees less than the Content-Length it was told. (Reading the next chunk
-    /// while hyper writes one bought nothing measurable: bench/README.md, "Bodies and
-    /// answers through the file".)
+    /// `range` of `file`, read `chunk` bytes at a time as hyper takes them, each chunk
+    /// holding `held` (room for the chunk being read and one hyper holds unwritten) until
+    /// hyper has written it: hyper drops a body once it has taken its last frame, with that
+    /// frame still to be written to a client that may not be reading. A read that fails ends
+    /// the answer short: hyper then closes the connection, and the client sees less than the
+    /// Content-Length it was told. (Reading the next chunk while hyper writes one bought
+    /// nothing measurable: bench/README.md, "Bodies and answers through the file".)
     pub fn streamed(file: Opened, range: std::ops::Range<u64>, chunk: u64, held: Held) -> Out {
         let len = range.end - range.start;
         let end = range.end;
+        let held = Arc::new(held);
         let parts = (range.start..end).step_by(chunk as usize);
         let reads = futures::stream::iter(parts).then(move |at| {
-            // `held` lives in the stream: its memory goes back when the answer is dropped.
-            let _ = &held;
-            let file = file.clone();
-            async move { file.read(at..(at + chunk).min(end)).await }
+            let (file, held) = (file.clone(), held.clone());
+            async move {
+                let bytes = file.read(at..(at + chunk).min(end)).await?;
+                Ok(pin(bytes, &held))
+            }
         });
         Out::Streamed(reads.boxed(), len)
     }
+}
+
+/// `bytes` holding `held` until the last clone of them drops (hyper has written them).
+fn pin(bytes: Bytes, held: &Arc<Held>) -> Bytes {
+    Bytes::from_owner(Pinned {
+        bytes,
+        _held: held.clone(),
+    })
 }
 
 impl Default for Out {
@@ -101,12 +113,13 @@ impl http_body::Body for Out {
     }
 }
 
-/// Bytes with the memory permits they hold: hyper drops the body once it has taken its one
+/// Bytes with the memory permits they hold: hyper drops the body once it has taken its last
 /// frame, long before a client that reads slowly (or not at all) has the bytes; the frame
-/// itself lives until written, so the permits go with it.
+/// itself lives until written, so the permits go with it (with the last of an answer's
+/// frames, when it has several).
 struct Pinned {
     bytes: Bytes,
-    _held: Held,
+    _held: Arc<Held>,
 }
 
 impl AsRef<[u8]> for Pinned {

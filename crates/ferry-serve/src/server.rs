@@ -204,7 +204,11 @@ impl Server {
     /// Removes what a killed server left (temp files of bodies it was receiving) once, then
     /// abandoned upload sessions every `upload_idle`, for good.
     async fn sweep(self: Arc<Self>) {
-        self.objects.sweep_temp().await;
+        // Past the longest a body may take to come (its deadline), and an hour for its turn.
+        let idle = HEAD_TIMEOUT
+            + Duration::from_secs(self.objects.max_body() / MIN_RATE)
+            + Duration::from_secs(3600);
+        self.objects.sweep_temp(idle).await;
         let mut seen = HashMap::new();
         loop {
             tokio::time::sleep(self.upload_idle).await;
@@ -444,15 +448,20 @@ impl Server {
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
             .ok_or_else(|| Refused::new(411, "a Content-Length is needed"))?;
         let reserved = self.objects.may_write(t, len).await?;
-        let mut staged = self.objects.stage(t, key).await?;
         // A staged body holds memory only for the chunk on its way to disk.
+        let streams = self.objects.streams();
         let holding = Instant::now();
-        let memory = match staged {
-            Some(_) => self.hold(t, class, len.min(STAGED_CHUNK as u64)).await,
-            None => self.hold(t, class, len).await,
+        let memory = match streams {
+            true => self.hold(t, class, len.min(STAGED_CHUNK as u64)).await,
+            false => self.hold(t, class, len).await,
         };
         done.memory = holding.elapsed();
         let memory = memory?;
+        // Its file only once the body may come: a body refused meanwhile makes nothing.
+        let mut staged = match streams {
+            true => Some(self.objects.stage(t, key).await?),
+            false => None,
+        };
         let receiving = Instant::now();
         // One buffer of the announced size (or a chunk), filled frame by frame (collecting
         // the frames and joining them would hold the body twice), from the block-buffer pool:
@@ -488,11 +497,13 @@ impl Server {
                         let n = data.len().min(cap - buf.len());
                         buf.extend_from_slice(&data.split_to(n));
                         if buf.len() == cap || got == len && data.is_empty() {
-                            // The next chunk's buffer from the pool, this one back to it
-                            // once on disk: no fresh pages per chunk.
-                            let next = ferry_store::buffer::with_capacity(cap);
-                            let full = std::mem::replace(&mut buf, next);
+                            // Back to the pool once on disk, and the next chunk's buffer
+                            // from it: no fresh pages per chunk, one chunk held at a time.
+                            let full = std::mem::take(&mut buf);
                             file.write(ferry_store::buffer::bytes(full)).await?;
+                            if got < len {
+                                buf = ferry_store::buffer::with_capacity(cap);
+                            }
                         }
                     }
                 }

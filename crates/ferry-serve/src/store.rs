@@ -123,11 +123,6 @@ impl Body {
     }
 }
 
-/// A temp file idle this long is no live body's: one being received is written at least every
-/// 16 s (a 1 MiB chunk at the slowest rate a body may come), and one waiting for its turn waits
-/// seconds to minutes.
-pub const TEMP_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
-
 /// One tenant's settings and the bytes it holds.
 #[derive(Debug)]
 pub struct TenantState {
@@ -281,11 +276,19 @@ impl Objects {
         }
     }
 
-    /// Where `key`'s body goes as it arrives (its temp file in a directory backend), or
-    /// `None` where bodies are held whole first (a backend with round trips). Nothing
-    /// appears under `key` until the write's turn (see [`Body::Staged`]).
-    pub async fn stage(&self, t: &TenantState, key: &str) -> Result<Option<Staged>, Refused> {
-        Ok(self.backend.stage(&self.full(t, key)).await?)
+    /// True when bodies go to the backend as they arrive and answers come from it in chunks
+    /// (a directory, where a chunk costs no round trip), not held whole in memory.
+    pub fn streams(&self) -> bool {
+        self.backend.is_local()
+    }
+
+    /// Where `key`'s body goes as it arrives (its temp file), when [`Objects::streams`].
+    /// Nothing appears under `key` until the write's turn (see [`Body::Staged`]).
+    pub async fn stage(&self, t: &TenantState, key: &str) -> Result<Staged, Refused> {
+        self.backend
+            .stage(&self.full(t, key))
+            .await?
+            .ok_or_else(|| Refused::new(500, "this backend takes bodies whole"))
     }
 
     /// Size of an object.
@@ -511,9 +514,9 @@ impl Objects {
     }
 
     /// Removes the temp files of bodies a killed server was receiving (over a directory
-    /// backend): those idle for [`TEMP_IDLE`], past any live body's.
-    pub async fn sweep_temp(&self) {
-        match self.backend.sweep_temp(&self.base, TEMP_IDLE).await {
+    /// backend): those idle for `idle`, past any live body's.
+    pub async fn sweep_temp(&self, idle: std::time::Duration) {
+        match self.backend.sweep_temp(&self.base, idle).await {
             Ok(0) => {}
             Ok(n) => eprintln!("{}", serde_json::json!({"sweep": "temp", "files": n})),
             Err(e) => eprintln!("ferry serve: sweep of temp files: {e}"),

@@ -161,7 +161,8 @@ fn sweep(dir: &Path, cutoff: std::time::SystemTime) -> Result<usize> {
             continue;
         };
         if meta.is_dir() {
-            gone += sweep(&path, cutoff)?;
+            // One directory that cannot be read does not keep the others from the sweep.
+            gone += sweep(&path, cutoff).unwrap_or(0);
         } else if meta.is_file()
             && entry.file_name().to_string_lossy().contains(TMP_MARK)
             && meta.modified().is_ok_and(|m| m < cutoff)
@@ -351,7 +352,14 @@ impl Store for LocalStore {
         &self, up: &Upload, _blocks: Vec<BlockId>, _meta: &Meta,
     ) -> Result<Option<String>> {
         let (tmp, dst) = (PathBuf::from(&up.id), self.path(&up.key));
-        blocking(move || publish(&tmp, &dst)).await?;
+        // The temp file goes on failure here, not in a later abort that a caller cancelled
+        // meanwhile would never send.
+        blocking(move || {
+            publish(&tmp, &dst).inspect_err(|_| {
+                let _ = fs::remove_file(&tmp);
+            })
+        })
+        .await?;
         Ok(None)
     }
 

@@ -111,7 +111,7 @@ impl Remote {
     }
 
     /// Removes the store's leftover temp files under `prefix` idle for `idle` (see
-    /// [`ferry_store::Store::sweep_temp`]); how many. Tried once, in the light lane.
+    /// [`ferry_store::Store::sweep_temp`]); how many. In the light lane.
     pub async fn sweep_temp(&self, prefix: &str, idle: std::time::Duration) -> Result<usize> {
         let what = format!("sweep {prefix}");
         let op = || self.store.sweep_temp(prefix, idle);

@@ -747,10 +747,38 @@ fn temp_files_a_killed_server_left_are_swept_at_start() {
     aged(&old, b"half a body");
     let fresh = dir.join(".obj.ferry-tmp-00000000000000bb");
     std::fs::write(&fresh, b"a body arriving").unwrap();
+    // Links, themselves as old: one named like a temp file to an old file outside the store,
+    // one to a directory outside holding an old temp file. Neither is followed nor removed.
     let outside = served.dir.join("outside");
     aged(&outside, b"not the server's");
     let link = dir.join(".x.ferry-tmp-00000000000000cc");
     std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let elsewhere = served.dir.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let theirs = elsewhere.join(".y.ferry-tmp-00000000000000dd");
+    aged(&theirs, b"someone else's");
+    let linked = dir.join("data/linked");
+    std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
+    for l in [&link, &linked] {
+        let c = std::ffi::CString::new(l.as_os_str().as_encoded_bytes()).unwrap();
+        let when = libc::timespec {
+            tv_sec: two_hours_ago
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as libc::time_t,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid C path and two timespecs, as utimensat takes them.
+        let rc = unsafe {
+            libc::utimensat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                [when, when].as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        assert_eq!(rc, 0, "utimensat");
+    }
     assert_eq!(temp_files(&dir.join("data/ab")), 1);
     served.kill9_and_restart();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -764,6 +792,10 @@ fn temp_files_a_killed_server_left_are_swept_at_start() {
     assert!(fresh.exists(), "a fresh temp file went");
     assert!(link.symlink_metadata().is_ok(), "a link went");
     assert_eq!(std::fs::read(&outside).unwrap(), b"not the server's");
+    assert!(
+        theirs.exists(),
+        "the sweep went through a link to a directory"
+    );
     assert!(
         served.log().contains("\"sweep\":\"temp\""),
         "{}",
