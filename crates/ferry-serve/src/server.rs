@@ -467,9 +467,9 @@ impl Server {
         // the frames and joining them would hold the body twice), from the block-buffer pool:
         // a fresh multi-MiB buffer per body faulted in every page, a tenth of the server's CPU
         // under a flood of backups (perf).
-        let cap = match staged {
-            Some(_) => STAGED_CHUNK.min(len as usize),
-            None => len as usize,
+        let cap = match streams {
+            true => STAGED_CHUNK.min(len as usize),
+            false => len as usize,
         };
         let mut buf = ferry_store::buffer::with_capacity(cap);
         let mut body = req.into_body();

@@ -3,6 +3,7 @@
 //! nothing changed.
 
 mod common;
+mod repokit;
 mod servekit;
 mod walkit;
 
@@ -661,18 +662,23 @@ fn a_client_certificate_stands_for_a_token() {
     );
 }
 
+/// Four PUTs by bob (`/v1/bob/stall-N`) announcing `len` bytes, each sending `sent` and then
+/// nothing. The stalling clients hold no handle on the server: it is killed when the test
+/// ends, which ends them.
+fn stall_puts(served: &Served, len: usize, sent: &[u8]) {
+    for i in 0..4 {
+        let head = served.head("PUT", &format!("/v1/bob/stall-{i}"), "bob", len);
+        let (port, ca, sent) = (served.port, served.ca.clone(), sent.to_vec());
+        std::thread::spawn(move || servekit::send(port, &ca, &head, &sent));
+    }
+}
+
 /// One tenant stalling four uploads, each announced at the largest body and never sent,
 /// holds only its own share of the body memory: another tenant's writes go through.
 #[test]
 fn one_tenant_cannot_take_all_the_body_memory() {
     let served = Served::start("max_body = \"2MiB\"\nbody_memory = \"8MiB\"");
-    // The stalling clients hold no handle on the server: it is killed when the test ends,
-    // which ends them.
-    for i in 0..4 {
-        let head = served.head("PUT", &format!("/v1/bob/stall-{i}"), "bob", 2 << 20);
-        let (port, ca) = (served.port, served.ca.clone());
-        std::thread::spawn(move || servekit::send(port, &ca, &head, b"a few bytes, then nothing"));
-    }
+    stall_puts(&served, 2 << 20, b"a few bytes, then nothing");
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let (code, _) = served.request("PUT", "/v1/alice/through", Some("alice"), &[1u8; 1 << 20]);
     assert_eq!(code, 200, "alice waited for bob's stalled bodies");
@@ -687,11 +693,7 @@ fn bodies_stream_to_a_directory_backend() {
     // bob's share of the body memory is 16 MiB: one stalled body held whole took all of it,
     // and his next write waited for it until refused (503).
     let served = Served::start("max_body = \"16MiB\"\nbody_memory = \"64MiB\"");
-    for i in 0..4 {
-        let head = served.head("PUT", &format!("/v1/bob/stall-{i}"), "bob", 16 << 20);
-        let (port, ca) = (served.port, served.ca.clone());
-        std::thread::spawn(move || servekit::send(port, &ca, &head, &[5u8; 2 << 20]));
-    }
+    stall_puts(&served, 16 << 20, &[5u8; 2 << 20]);
     let staged = |n: usize| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while temp_files(&served.store.join("bob")) != n {
@@ -759,25 +761,12 @@ fn temp_files_a_killed_server_left_are_swept_at_start() {
     aged(&theirs, b"someone else's");
     let linked = dir.join("data/linked");
     std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
+    let secs = two_hours_ago
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     for l in [&link, &linked] {
-        let c = std::ffi::CString::new(l.as_os_str().as_encoded_bytes()).unwrap();
-        let when = libc::timespec {
-            tv_sec: two_hours_ago
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_secs() as libc::time_t,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid C path and two timespecs, as utimensat takes them.
-        let rc = unsafe {
-            libc::utimensat(
-                libc::AT_FDCWD,
-                c.as_ptr(),
-                [when, when].as_ptr(),
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        assert_eq!(rc, 0, "utimensat");
+        repokit::set_mtime(l, secs as i64, 0);
     }
     assert_eq!(temp_files(&dir.join("data/ab")), 1);
     served.kill9_and_restart();
