@@ -52,13 +52,36 @@ impl LocalStore {
             .open(tmp)
     }
 
-    fn make_dirs(&self, dir: &Path) -> Result<()> {
+    /// Creates `dir` and its missing ancestors; returns the topmost one it had to create
+    /// below the root, which [`unmake`] removes again when what needed it is given up.
+    fn make_dirs(&self, dir: &Path) -> Result<Option<PathBuf>> {
         use std::os::unix::fs::DirBuilderExt;
+        let top = first_missing(&self.root, dir);
         fs::DirBuilder::new()
             .recursive(true)
             .mode(if self.private { 0o700 } else { 0o777 })
             .create(dir)
-            .map_err(|e| Error::io(dir.display(), e))
+            .map_err(|e| Error::io(dir.display(), e))?;
+        Ok(top)
+    }
+
+    /// A new temp file for the object at `dst`, with the topmost directory made for it. A
+    /// directory another write gave up removes between being made and the file's creation
+    /// (it was empty) is made again.
+    fn create_for(&self, dst: &Path) -> Result<(PathBuf, File, Option<PathBuf>)> {
+        let mut tries = 0;
+        loop {
+            let made = prepare_parent(self, dst)?;
+            let tmp = Self::temp_for(dst);
+            match self.create(&tmp) {
+                Ok(f) => return Ok((tmp, f, made)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
+                Err(e) => {
+                    unmake(tmp.parent(), made.as_deref());
+                    return Err(Error::io(tmp.display(), e));
+                }
+            }
+        }
     }
 
     fn path(&self, key: &str) -> PathBuf {
@@ -85,17 +108,84 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::Permanent(format!("local I/O task failed: {e}")))?
 }
 
-fn prepare_parent(store: &LocalStore, path: &Path) -> Result<()> {
+/// Makes the directory `path` goes in; the topmost directory made, if any.
+fn prepare_parent(store: &LocalStore, path: &Path) -> Result<Option<PathBuf>> {
     if path.is_dir() {
         return Err(Error::AlreadyExists(format!(
             "{} is a directory",
             path.display()
         )));
     }
-    if let Some(parent) = path.parent() {
-        store.make_dirs(parent)?;
+    match path.parent() {
+        Some(parent) => store.make_dirs(parent),
+        None => Ok(None),
     }
-    Ok(())
+}
+
+/// The topmost of `dir` and its ancestors below `root` that does not exist: what making
+/// `dir` creates. Never `root` itself nor anything above it.
+fn first_missing(root: &Path, dir: &Path) -> Option<PathBuf> {
+    let mut top = None;
+    let mut at = dir;
+    while at != root && at.starts_with(root) {
+        match fs::symlink_metadata(at) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => top = Some(at.to_path_buf()),
+            _ => break,
+        }
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    top
+}
+
+/// Removes `dir` and its ancestors up to `top` (made for a write now given up), each only
+/// while empty: a directory another write has put anything in stays, and so do all above
+/// it. A key's directories are not objects; left behind, a tenant's cut-off writes to deep
+/// keys would pile up empty directories no quota counts.
+fn unmake(dir: Option<&Path>, top: Option<&Path>) {
+    let (Some(mut at), Some(top)) = (dir, top) else {
+        return;
+    };
+    if !at.starts_with(top) {
+        return;
+    }
+    // remove_dir never follows a link (a link in a directory's place fails with ENOTDIR).
+    while fs::remove_dir(at).is_ok() && at != top {
+        match at.parent() {
+            Some(p) => at = p,
+            None => return,
+        }
+    }
+}
+
+/// Removes a write's temp file and the directories made for it (see [`unmake`]).
+fn give_up(tmp: &Path, made: Option<&Path>) -> std::io::Result<()> {
+    let gone = match fs::remove_file(tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    };
+    unmake(tmp.parent(), made);
+    gone
+}
+
+/// A local upload's id: its temp file's path and, after a NUL (no path holds one), the
+/// topmost directory its start made, if any.
+fn upload_id(tmp: &Path, made: Option<&Path>) -> String {
+    let tmp = tmp.to_string_lossy();
+    match made {
+        Some(m) => format!("{tmp}\0{}", m.to_string_lossy()),
+        None => tmp.into_owned(),
+    }
+}
+
+/// The temp file and the directory made, from [`upload_id`].
+fn parse_id(id: &str) -> (PathBuf, Option<PathBuf>) {
+    match id.split_once('\0') {
+        Some((tmp, made)) => (PathBuf::from(tmp), Some(PathBuf::from(made))),
+        None => (PathBuf::from(id), None),
+    }
 }
 
 /// fsync the file, rename it into place, fsync the directory so the rename survives a crash.
@@ -199,15 +289,15 @@ impl Store for LocalStore {
     async fn put(&self, key: &str, data: Bytes, _meta: &Meta) -> Result<()> {
         let (dst, me) = (self.path(key), self.clone());
         blocking(move || {
-            prepare_parent(&me, &dst)?;
-            let tmp = Self::temp_for(&dst);
-            let written = me.create(&tmp).and_then(|mut f| f.write_all(&data));
-            if let Err(e) = written {
-                let _ = fs::remove_file(&tmp);
+            let (tmp, mut f, made) = me.create_for(&dst)?;
+            if let Err(e) = f.write_all(&data) {
+                drop(f);
+                let _ = give_up(&tmp, made.as_deref());
                 return Err(Error::io(tmp.display(), e));
             }
+            drop(f);
             publish(&tmp, &dst).inspect_err(|_| {
-                let _ = fs::remove_file(&tmp);
+                let _ = give_up(&tmp, made.as_deref());
             })
         })
         .await
@@ -245,19 +335,23 @@ impl Store for LocalStore {
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo> {
-        let path = self.path(key);
-        let meta = fs::metadata(&path).map_err(|e| Error::io(path.display(), e))?;
-        if !meta.is_file() {
-            return Err(Error::Invalid(format!(
-                "{} is not a regular file",
-                path.display()
-            )));
-        }
-        Ok(ObjectInfo {
-            key: key.to_string(),
-            size: meta.len(),
-            ..Default::default()
+        let (path, key) = (self.path(key), key.to_string());
+        // Off the async workers, as every other call here: a stat can wait on a busy disk.
+        blocking(move || {
+            let meta = fs::metadata(&path).map_err(|e| Error::io(path.display(), e))?;
+            if !meta.is_file() {
+                return Err(Error::Invalid(format!(
+                    "{} is not a regular file",
+                    path.display()
+                )));
+            }
+            Ok(ObjectInfo {
+                key,
+                size: meta.len(),
+                ..Default::default()
+            })
         })
+        .await
     }
 
     async fn open(&self, key: &str) -> Result<Option<crate::Opened>> {
@@ -310,24 +404,25 @@ impl Store for LocalStore {
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
-        match fs::remove_file(self.path(key)) {
+        let (path, key) = (self.path(key), key.to_string());
+        blocking(move || match fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(key, e)),
             _ => Ok(()),
-        }
+        })
+        .await
     }
 
     async fn create_root(&self) -> Result<()> {
-        self.make_dirs(&self.root)
+        let me = self.clone();
+        blocking(move || me.make_dirs(&me.root).map(drop)).await
     }
 
     async fn start_upload(&self, key: &str, _meta: &Meta) -> Result<Upload> {
         let (dst, me) = (self.path(key), self.clone());
         let key = key.to_string();
         blocking(move || {
-            prepare_parent(&me, &dst)?;
-            let tmp = Self::temp_for(&dst);
-            me.create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
-            Ok(Upload::new(key, tmp.to_string_lossy().into_owned()))
+            let (tmp, _, made) = me.create_for(&dst)?;
+            Ok(Upload::new(key, upload_id(&tmp, made.as_deref())))
         })
         .await
     }
@@ -335,7 +430,7 @@ impl Store for LocalStore {
     async fn put_block(
         &self, up: &Upload, idx: usize, offset: u64, data: Bytes,
     ) -> Result<BlockId> {
-        let tmp = PathBuf::from(&up.id);
+        let (tmp, _) = parse_id(&up.id);
         blocking(move || {
             let f = OpenOptions::new()
                 .write(true)
@@ -351,12 +446,12 @@ impl Store for LocalStore {
     async fn complete_upload(
         &self, up: &Upload, _blocks: Vec<BlockId>, _meta: &Meta,
     ) -> Result<Option<String>> {
-        let (tmp, dst) = (PathBuf::from(&up.id), self.path(&up.key));
+        let ((tmp, made), dst) = (parse_id(&up.id), self.path(&up.key));
         // The temp file goes on failure here, not in a later abort that a caller cancelled
         // meanwhile would never send.
         blocking(move || {
             publish(&tmp, &dst).inspect_err(|_| {
-                let _ = fs::remove_file(&tmp);
+                let _ = give_up(&tmp, made.as_deref());
             })
         })
         .await?;
@@ -364,9 +459,8 @@ impl Store for LocalStore {
     }
 
     async fn abort_upload(&self, up: &Upload) -> Result<()> {
-        match fs::remove_file(&up.id) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&up.id, e)),
-            _ => Ok(()),
-        }
+        let (tmp, made) = parse_id(&up.id);
+        blocking(move || give_up(&tmp, made.as_deref()).map_err(|e| Error::io(tmp.display(), e)))
+            .await
     }
 }

@@ -22,6 +22,64 @@ async fn local_disk() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A write given up takes back the directories it made for its key, and only those: one
+/// that was there before, one another object needs, and the store's root stay.
+#[tokio::test]
+async fn local_writes_given_up_take_back_the_directories_they_made() {
+    let dir = std::env::temp_dir().join(ferry_testkit::unique("ferry-dirs"));
+    // A root that does not exist yet: the first write makes it, and it stays.
+    let store = LocalStore::new(dir.join("root"));
+    let up = store.start_upload("k/obj", &Meta::new()).await.unwrap();
+    store.abort_upload(&up).await.unwrap();
+    assert!(dir.join("root").is_dir());
+    assert!(!dir.join("root/k").exists());
+    let root = dir.join("root");
+    std::fs::create_dir(root.join("there")).unwrap();
+    let up = store
+        .start_upload("there/a/b/c/obj", &Meta::new())
+        .await
+        .unwrap();
+    store
+        .put_block(&up, 0, 0, Bytes::from_static(b"half"))
+        .await
+        .unwrap();
+    assert!(root.join("there/a/b/c").is_dir());
+    store.abort_upload(&up).await.unwrap();
+    assert!(root.join("there").is_dir());
+    assert!(!root.join("there/a").exists());
+    // Two writes under one new directory: the one given up leaves what the other holds.
+    let first = store.start_upload("x/y/one", &Meta::new()).await.unwrap();
+    let second = store.start_upload("x/y/z/two", &Meta::new()).await.unwrap();
+    store
+        .put_block(&second, 0, 0, Bytes::from_static(b"2"))
+        .await
+        .unwrap();
+    store
+        .complete_upload(&second, vec![], &Meta::new())
+        .await
+        .unwrap();
+    store.abort_upload(&first).await.unwrap();
+    assert_eq!(
+        store.get("x/y/z/two").await.unwrap(),
+        Bytes::from_static(b"2")
+    );
+    // A directory it made that another object went into meanwhile stays too.
+    let third = store.start_upload("v/w/three", &Meta::new()).await.unwrap();
+    store
+        .put("v/w/kept", Bytes::from_static(b"k"), &Meta::new())
+        .await
+        .unwrap();
+    store.abort_upload(&third).await.unwrap();
+    assert!(root.join("v/w/kept").is_file());
+    let mut names: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["there", "v", "x"]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[tokio::test]
 async fn memory() {
     for store in [
