@@ -9,6 +9,7 @@ pub mod answer;
 pub mod config;
 pub mod keys;
 pub mod listings;
+pub mod logline;
 pub mod metrics;
 pub mod peers;
 pub mod route;

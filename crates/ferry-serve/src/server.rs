@@ -152,7 +152,7 @@ impl Server {
                 Ok(c) => c,
                 Err(e) => {
                     // Out of descriptors, most often: wait for some to close.
-                    eprintln!("ferry serve: accept: {e}");
+                    crate::logline::emit(format_args!("ferry serve: accept: {e}"));
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -757,7 +757,7 @@ fn log(
         "service_ms": d.service.as_secs_f64() * 1e3,
         "total_ms": took.as_secs_f64() * 1e3,
     });
-    eprintln!("{line}");
+    crate::logline::emit(line);
 }
 
 /// The audit line of a delete.
@@ -765,8 +765,7 @@ fn audit(tenant: &str, key: &str, size: u64) {
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    eprintln!(
-        "{}",
-        serde_json::json!({"audit": "delete", "tenant": tenant, "key": key, "size": size, "unix": at})
+    crate::logline::emit(
+        serde_json::json!({"audit": "delete", "tenant": tenant, "key": key, "size": size, "unix": at}),
     );
 }

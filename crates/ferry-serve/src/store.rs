@@ -49,7 +49,7 @@ impl From<Error> for Refused {
             Error::Transient(_) | Error::Busy(..) => (503, "the backend is unavailable for now"),
         };
         if status >= 500 {
-            eprintln!("ferry serve: backend: {e}");
+            crate::logline::emit(format_args!("ferry serve: backend: {e}"));
         }
         Refused::new(status, why)
     }
@@ -518,8 +518,8 @@ impl Objects {
     pub async fn sweep_temp(&self, idle: std::time::Duration) {
         match self.backend.sweep_temp(&self.base, idle).await {
             Ok(0) => {}
-            Ok(n) => eprintln!("{}", serde_json::json!({"sweep": "temp", "files": n})),
-            Err(e) => eprintln!("ferry serve: sweep of temp files: {e}"),
+            Ok(n) => crate::logline::emit(serde_json::json!({"sweep": "temp", "files": n})),
+            Err(e) => crate::logline::emit(format_args!("ferry serve: sweep of temp files: {e}")),
         }
     }
 
@@ -554,15 +554,17 @@ impl Objects {
                     match self.abort(t, Class::Maintenance, session).await {
                         Ok(()) => {
                             removed += 1;
-                            eprintln!(
-                                "{}",
+                            crate::logline::emit(
                                 serde_json::json!({"sweep": "upload", "tenant": t.cfg.name,
-                                    "session": session, "blocks": sig.0, "bytes": sig.1})
+                                    "session": session, "blocks": sig.0, "bytes": sig.1}),
                             );
                         }
                         // Being composed: not abandoned after all.
                         Err(e) if e.status == 409 => {}
-                        Err(e) => eprintln!("ferry serve: sweep of {key}: {}", e.why),
+                        Err(e) => crate::logline::emit(format_args!(
+                            "ferry serve: sweep of {key}: {}",
+                            e.why
+                        )),
                     }
                 }
                 now.insert(key, sig);
