@@ -189,12 +189,13 @@ fn parse_id(id: &str) -> (PathBuf, Option<PathBuf>) {
 }
 
 /// fsync the file, rename it into place, fsync the directory so the rename survives a crash.
+/// On failure the caller removes the temp file ([`give_up`]).
 fn publish(tmp: &Path, dst: &Path) -> Result<()> {
     File::open(tmp)
         .and_then(|f| f.sync_all())
         .map_err(|e| Error::io(tmp.display(), e))?;
     if dst.is_dir() {
-        let _ = fs::remove_file(tmp);
+        // The temp file goes with the caller's give_up, as on every failure here.
         return Err(Error::AlreadyExists(format!(
             "{} is a directory",
             dst.display()
