@@ -1244,10 +1244,7 @@ mod tests {
         // taken as 8 requests' rate. 24 then carried 84 (the host busy sealing), short of the
         // burst, and the start was taken back to 8, which carried 52: read as a link that
         // fell, it probed down, and the climb back began 12 s after the start.
-        let mut t = started_on(&[0, 1024, 12672, 5312]);
-        assert_eq!(t.limit(), 24, "the start did not jump");
-        let seen = simulate(&mut t, capped(6.5e6, 84e6), 12);
-        assert!(seen[..4].contains(&RAMP_FROM), "never taken back: {seen:?}");
+        let seen = start_taken_back(&[0, 1024, 12672, 5312], capped(6.5e6, 84e6));
         assert!(seen[4..].iter().all(|&l| l >= 13), "limits {seen:?}");
     }
 
@@ -1257,11 +1254,18 @@ mod tests {
         // start went to 24, which carried 64 MB/s (each connection 6.4, the host's two cores
         // short of more), not 7 % over the burst, and was taken back to 8, which then carried
         // 51: 64 over 51 is 1.25, and 8 held for 18 s (33 s copies took 52-56).
-        let mut t = started_on(&[0, 1024, 5824, 6400]);
-        assert_eq!(t.limit(), 24, "the start did not jump");
-        let seen = simulate(&mut t, capped(6.4e6, 64e6), 12);
-        assert!(seen[..4].contains(&RAMP_FROM), "never taken back: {seen:?}");
+        let seen = start_taken_back(&[0, 1024, 5824, 6400], capped(6.4e6, 64e6));
         assert!(seen[5..].iter().all(|&l| l >= 10), "limits {seen:?}");
+    }
+
+    /// The limits of 12 windows at `rate` after a start on `kib` that jumped to 24 and was
+    /// taken back to [`RAMP_FROM`] within the first four.
+    fn start_taken_back(kib: &[u64], rate: impl Fn(usize) -> f64) -> Vec<usize> {
+        let mut t = started_on(kib);
+        assert_eq!(t.limit(), 24, "the start did not jump");
+        let seen = simulate(&mut t, rate, 12);
+        assert!(seen[..4].contains(&RAMP_FROM), "never taken back: {seen:?}");
+        seen
     }
 
     #[test]
