@@ -103,12 +103,19 @@ pub fn bytes(v: Vec<u8>) -> Bytes {
 
 /// `len` rounded up to a quarter of its power of two: buffers asked for sizes that differ by
 /// a few bytes (4 MiB reads cut at blob boundaries) then share one size and reuse each other.
-fn class(len: usize) -> usize {
+pub(crate) fn class(len: usize) -> usize {
     if len < MIN_POOLED {
         return len;
     }
     let step = (1usize << len.ilog2()) / 4;
     len.div_ceil(step) * step
+}
+
+/// The capacities of the buffers the pool holds now.
+#[cfg(test)]
+pub(crate) fn idle_capacities() -> Vec<usize> {
+    let pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    pool.idle.iter().map(|(b, _)| b.capacity()).collect()
 }
 
 /// A pooled vector for `len` bytes ([`Pool::take`]).

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use ferry_store::{BlockId, Error, Meta, ObjectInfo, Result, Upload, META_BLOCKS, META_DIGEST};
 use futures::{StreamExt, TryStreamExt};
 
@@ -143,9 +143,9 @@ impl Engine {
             let data = match parts.len() {
                 1 => parts.pop().expect("one part"),
                 _ => {
-                    let mut whole = BytesMut::with_capacity(len as usize);
+                    let mut whole = crate::buffer::with_capacity(len as usize);
                     parts.iter().for_each(|p| whole.extend_from_slice(p));
-                    whole.freeze()
+                    crate::buffer::bytes(whole)
                 }
             };
             Ok((data, mem))
@@ -207,10 +207,10 @@ impl Engine {
         if held == range.start {
             return Ok(rest);
         }
-        let mut whole = BytesMut::with_capacity((range.end - range.start) as usize);
+        let mut whole = crate::buffer::with_capacity((range.end - range.start) as usize);
         whole.extend_from_slice(&first[range.start as usize..held as usize]);
         whole.extend_from_slice(&rest);
-        Ok(whole.freeze())
+        Ok(crate::buffer::bytes(whole))
     }
 
     /// Writes the blocks of `plan` for `size` bytes to `dst_key` as one upload (the one

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use ferry_store::{Error, Result, Upload};
 use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -13,8 +13,9 @@ use crate::digest::{BlockSum, Need};
 use crate::started::Started;
 use crate::{sum_of, BlockPlan, Class, Engine, NoProgress, Progress, SharedStore};
 
+/// Reads a block of `len` bytes, or fewer at the end, into a pooled buffer.
 async fn read_block<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> Result<Bytes> {
-    let mut buf = BytesMut::with_capacity(len as usize);
+    let mut buf = crate::buffer::with_capacity(len as usize);
     while (buf.len() as u64) < len {
         let n = r
             .read_buf(&mut buf)
@@ -24,7 +25,7 @@ async fn read_block<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> Result<Bytes> 
             break;
         }
     }
-    Ok(buf.freeze())
+    Ok(crate::buffer::bytes(buf))
 }
 
 impl Engine {
