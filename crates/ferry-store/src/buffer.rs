@@ -101,6 +101,14 @@ pub fn bytes(v: Vec<u8>) -> Bytes {
     Buffer { buf: v, len }.freeze()
 }
 
+/// `parts` one after the other in one pooled buffer ([`bytes`]): a block put together from
+/// pieces read apart.
+pub fn concat(parts: &[&[u8]]) -> Bytes {
+    let mut v = with_capacity(parts.iter().map(|p| p.len()).sum());
+    parts.iter().for_each(|p| v.extend_from_slice(p));
+    bytes(v)
+}
+
 /// `len` rounded up to a quarter of its power of two: buffers asked for sizes that differ by
 /// a few bytes (4 MiB reads cut at blob boundaries) then share one size and reuse each other.
 pub(crate) fn class(len: usize) -> usize {

@@ -142,11 +142,7 @@ impl Engine {
             let mut parts = futures::future::try_join_all(parts).await?;
             let data = match parts.len() {
                 1 => parts.pop().expect("one part"),
-                _ => {
-                    let mut whole = crate::buffer::with_capacity(len as usize);
-                    parts.iter().for_each(|p| whole.extend_from_slice(p));
-                    crate::buffer::bytes(whole)
-                }
+                _ => crate::buffer::concat(&parts.iter().map(|p| &p[..]).collect::<Vec<_>>()),
             };
             Ok((data, mem))
         };
@@ -207,10 +203,10 @@ impl Engine {
         if held == range.start {
             return Ok(rest);
         }
-        let mut whole = crate::buffer::with_capacity((range.end - range.start) as usize);
-        whole.extend_from_slice(&first[range.start as usize..held as usize]);
-        whole.extend_from_slice(&rest);
-        Ok(crate::buffer::bytes(whole))
+        Ok(crate::buffer::concat(&[
+            &first[range.start as usize..held as usize],
+            &rest,
+        ]))
     }
 
     /// Writes the blocks of `plan` for `size` bytes to `dst_key` as one upload (the one
