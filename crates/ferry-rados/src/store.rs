@@ -331,6 +331,7 @@ impl Store for RadosStore {
     async fn head(&self, key: &str) -> Result<ObjectInfo> {
         let (_, size, meta) = self.stat(key).await?;
         Ok(ObjectInfo {
+            checksum: None,
             key: key.into(),
             size,
             etag: None,
@@ -351,6 +352,7 @@ impl Store for RadosStore {
             .map(|key| async move {
                 match self.stat(&key).await {
                     Ok((_, size, _)) => Ok(Some(ObjectInfo {
+                        checksum: None,
                         key,
                         size,
                         ..Default::default()

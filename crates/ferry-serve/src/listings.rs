@@ -58,6 +58,7 @@ impl Listings {
             d.objects
                 .iter()
                 .map(|(k, s)| ObjectInfo {
+                    checksum: None,
                     key: k.clone(),
                     size: *s,
                     ..Default::default()
@@ -127,6 +128,7 @@ mod tests {
 
     fn info(k: &str, size: u64) -> ObjectInfo {
         ObjectInfo {
+            checksum: None,
             key: k.into(),
             size,
             ..Default::default()

@@ -226,6 +226,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<ObjectInfo>) -> Result<()> {
         } else if meta.is_file() {
             let rel = path.strip_prefix(root).unwrap_or(&path);
             out.push(ObjectInfo {
+                checksum: None,
                 key: rel.to_string_lossy().into_owned(),
                 size: meta.len(),
                 ..Default::default()
@@ -347,6 +348,7 @@ impl Store for LocalStore {
                 )));
             }
             Ok(ObjectInfo {
+                checksum: None,
                 key,
                 size: meta.len(),
                 ..Default::default()
@@ -387,6 +389,7 @@ impl Store for LocalStore {
             match fs::metadata(&start) {
                 Ok(m) if m.is_dir() => walk(&root, &start, &mut out)?,
                 Ok(m) => out.push(ObjectInfo {
+                    checksum: None,
                     key: start
                         .strip_prefix(&root)
                         .unwrap_or(&start)

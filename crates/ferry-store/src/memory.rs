@@ -208,6 +208,7 @@ impl MemoryStore {
 
     fn info_of(k: &str, obj: &Object) -> ObjectInfo {
         ObjectInfo {
+            checksum: None,
             key: k.to_string(),
             size: obj.data.len() as u64,
             etag: Some(obj.etag.clone()),
@@ -338,6 +339,7 @@ impl Store for MemoryStore {
         let p = prefix.trim_matches('/');
         let inner = self.lock();
         let info = |(k, o): (&String, &Object)| ObjectInfo {
+            checksum: None,
             key: k.clone(),
             size: o.data.len() as u64,
             etag: Some(o.etag.clone()),

@@ -218,6 +218,7 @@ impl Store for ServedStore {
             .and_then(|v| v.to_str().ok()?.parse().ok())
             .ok_or_else(|| Error::Permanent(format!("{key}: no size in the answer")))?;
         Ok(ObjectInfo {
+            checksum: None,
             key: key.to_string(),
             size,
             ..Default::default()
@@ -250,6 +251,7 @@ impl Store for ServedStore {
         let mut out: Vec<ObjectInfo> = all
             .into_iter()
             .map(|l| ObjectInfo {
+                checksum: None,
                 key: format!("{tenant}/{}", l.key),
                 size: l.size,
                 ..Default::default()

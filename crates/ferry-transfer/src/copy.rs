@@ -46,10 +46,12 @@ const TAIL_PIECE: u64 = 1 << 20;
 pub(crate) fn expected_digest(
     src: &SharedStore, info: &ObjectInfo, plan: BlockPlan,
 ) -> Option<String> {
-    let digest = src.digest(info)?;
+    let digest = src.read_digest(info)?;
     let written_with = BlockPlan::recorded(info);
     let single = plan.blocks(info.size).len() <= 1;
-    (written_with == Some(plan) || (single && !digest.contains('-'))).then_some(digest)
+    let any_blocks = ferry_store::DigestKind::of(&digest).any_blocks();
+    (any_blocks || written_with == Some(plan) || (single && !digest.contains('-')))
+        .then_some(digest)
 }
 
 pub(crate) fn meta_with(plan: BlockPlan, digest: Option<&str>) -> Meta {

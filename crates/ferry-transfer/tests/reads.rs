@@ -132,3 +132,37 @@ async fn uneven_pieces_are_checked_and_an_object_changed_after_its_description_i
     assert!(matches!(err, Error::Checksum(_)), "{err}");
     assert!(dst.bytes("copy2").is_none());
 }
+
+/// A whole-object CRC (S3's CRC-64/NVME) is checked whatever blocks the object is read in,
+/// where a per-block digest is checked only in the blocks it was written in; and one damaged
+/// byte is refused.
+#[tokio::test]
+async fn a_whole_object_crc_is_checked_in_any_blocks() {
+    let size = 21 * MIB + 3;
+    let body = pattern(size, 5);
+    for (kind, checked_in_other_blocks) in [(DigestKind::Crc64, 1), (DigestKind::Sha256, 0)] {
+        let src = Arc::new(MemoryStore::recording(kind).remote());
+        let (_, s, _) = engine_over(&src, 5 * MIB);
+        s.upload_bytes(body.clone(), "obj", None).await.unwrap();
+        // Read in 4 MiB blocks, not the 5 MiB it was written in.
+        let (dst, s, d) = engine_over(&src, 4 * MIB);
+        let obj = s.describe("obj").await.unwrap();
+        s.copy_described_to(&obj, &d, "copy", &NoProgress)
+            .await
+            .unwrap();
+        assert_eq!(dst.bytes("copy").unwrap(), body);
+        assert_eq!(s.report().verified, checked_in_other_blocks, "{kind:?}");
+    }
+    let src = Arc::new(MemoryStore::recording(DigestKind::Crc64).remote());
+    let (_, s, _) = engine_over(&src, 5 * MIB);
+    s.upload_bytes(body.clone(), "obj", None).await.unwrap();
+    assert!(src.tamper("obj", |d| d[17 * MIB as usize] ^= 1));
+    let (dst, s, d) = engine_over(&src, 4 * MIB);
+    let obj = s.describe("obj").await.unwrap();
+    let err = s
+        .copy_described_to(&obj, &d, "copy", &NoProgress)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Checksum(_)), "{err}");
+    assert!(dst.bytes("copy").is_none());
+}

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use base64::prelude::{Engine as _, BASE64_STANDARD};
+
 use object_store::aws::{
     AmazonS3, AmazonS3Builder, AwsAuthorizer, AwsCredentialProvider, Checksum,
 };
@@ -48,7 +50,6 @@ pub struct S3Config {
 
 /// The three headers of SSE-C, for the requests ferry signs itself.
 fn sse_c_headers(key_b64: &str) -> [(&'static str, String); 3] {
-    use base64::prelude::{Engine, BASE64_STANDARD};
     use md5::{Digest, Md5};
     let raw = BASE64_STANDARD.decode(key_b64).unwrap_or_default();
     [
@@ -268,6 +269,33 @@ impl S3Config {
     }
 }
 
+/// S3's content checksum in ferry's digest form: CRC-64/NVME of the whole object (`crc64:HEX`,
+/// the cheapest to check), else SHA-256, of the whole object or of its parts' SHA-256s
+/// (`sha256:HEX` or `sha256:HEX-N`). A value that does not decode to the algorithm's length
+/// is no checksum (the store's answer is hostile input): the reader falls back to the ETag.
+fn checksum(crc64: Option<&str>, sha256: Option<&str>) -> Option<String> {
+    let decode = |v: &str, len: usize| {
+        let raw = BASE64_STANDARD.decode(v).ok()?;
+        (raw.len() == len).then(|| raw.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    };
+    // A composite CRC-64 (`…-N`, not S3's; some other store's) would not combine: skip it.
+    let crc = crc64
+        .and_then(|v| decode(v, 8))
+        .map(|hex| format!("crc64:{hex}"));
+    let sha = sha256.and_then(|v| {
+        let (b64, parts) = match v.split_once('-') {
+            Some((b64, n)) => (b64, Some(n.parse::<u32>().ok().filter(|&n| n > 0)?)),
+            None => (v, None),
+        };
+        let hex = decode(b64, 32)?;
+        Some(match parts {
+            Some(n) => format!("sha256:{hex}-{n}"),
+            None => format!("sha256:{hex}"),
+        })
+    });
+    crc.or(sha)
+}
+
 /// What S3 needs beyond `object_store`: bucket creation, open uploads, the storage class.
 /// Its `Debug` shows neither the SSE-C key nor the credentials.
 pub(in crate::cloud) struct S3Extra {
@@ -315,6 +343,12 @@ impl S3Extra {
                 h.insert(name, http::HeaderValue::from_str(&value).expect("base64"));
             }
         }
+        // The content checksum S3 keeps (SHA-256 or CRC-64 of ferry's uploads) comes only when
+        // asked for; checking it costs a reader a third of the MD5 in the ETag, or less.
+        req.headers_mut().insert(
+            "x-amz-checksum-mode",
+            http::HeaderValue::from_static("ENABLED"),
+        );
         self.sign(&mut req).await?;
         let what = format!("head {key}");
         let (h, _) = match crate::cloud::signed::send_for_response(&self.http, req, &what).await {
@@ -352,6 +386,10 @@ impl S3Extra {
             etag: text("etag")
                 .map(|e| e.trim_matches('"').to_string())
                 .filter(|_| !encrypted),
+            checksum: checksum(
+                text("x-amz-checksum-crc64nvme"),
+                text("x-amz-checksum-sha256"),
+            ),
             meta,
         })
     }
@@ -455,7 +493,6 @@ impl S3Extra {
         );
         let url = format!("{}/?object-lock=", self.bucket_url);
         let md5 = {
-            use base64::prelude::{Engine, BASE64_STANDARD};
             use md5::{Digest, Md5};
             BASE64_STANDARD.encode(Md5::digest(xml.as_bytes()))
         };
@@ -536,7 +573,43 @@ impl std::fmt::Debug for S3Config {
 
 #[cfg(test)]
 mod tests {
-    use super::S3Config;
+    use super::{checksum, S3Config};
+
+    /// S3's checksum headers become ferry digests; what does not decode to the algorithm's
+    /// length, or is a composite CRC, is none (the ETag is checked instead).
+    #[test]
+    fn a_checksum_header_becomes_a_digest_or_nothing() {
+        let crc = "AAAAAAAAAAE="; // 8 bytes, 0x...01
+        let sha = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="; // SHA-256 of nothing
+        let sha_hex = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        assert_eq!(
+            checksum(Some(crc), Some(sha)).unwrap(),
+            "crc64:0000000000000001"
+        );
+        assert_eq!(
+            checksum(None, Some(sha)).unwrap(),
+            format!("sha256:{sha_hex}")
+        );
+        let parts = format!("{sha}-3");
+        assert_eq!(
+            checksum(None, Some(&parts)).unwrap(),
+            format!("sha256:{sha_hex}-3")
+        );
+        for bad in [
+            "",
+            "AAAA",
+            "!!",
+            &format!("{sha}-0"),
+            &format!("{sha}-x"),
+            "AAAAAAAAAAE=-2",
+        ] {
+            assert_eq!(checksum(Some(bad), Some(bad)), None, "{bad}");
+        }
+        assert_eq!(
+            checksum(Some("AAAAAAAAAAE=-2"), Some(sha)).unwrap(),
+            format!("sha256:{sha_hex}")
+        );
+    }
 
     /// A region from a config file becomes a host name only when it is one: `evil.example/`
     /// would send the requests elsewhere. With an endpoint of its own, the region is only
