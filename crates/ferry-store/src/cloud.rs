@@ -15,6 +15,7 @@ pub(crate) mod config;
 mod explained;
 mod gcs;
 pub(crate) mod metered;
+mod s3_parts;
 mod signed;
 mod trust;
 
@@ -238,20 +239,22 @@ impl Store for CloudStore {
         }
     }
 
+    // S3 checks each part of ferry's against the checksum sent with it (SHA-256), and the
+    // part's receipt says so (else its ETag is checked: `s3_parts`): the engine hashes nothing
+    // for such writes. Under SSE, whose ETags are no MD5s, ferry records its own.
+    fn digest_kind(&self) -> Option<DigestKind> {
+        match &self.flavor {
+            Flavor::S3(extra) if extra.md5_etags => None,
+            _ => Some(DigestKind::Md5),
+        }
+    }
+
     // S3's own checksum of ferry's uploads (SHA-256 or CRC-64) costs a reader a third of the
     // MD5 in the ETag or less; other objects have the ETag only.
     fn read_digest(&self, info: &ObjectInfo) -> Option<String> {
         match &self.flavor {
             Flavor::S3(_) => info.checksum.clone().or_else(|| self.digest(info)),
             _ => self.digest(info),
-        }
-    }
-
-    fn whole_digest_kind(&self) -> Option<DigestKind> {
-        match &self.flavor {
-            // The ETag vouches for reads (`digest`); a recorded copy would never be read.
-            Flavor::S3(extra) if extra.md5_etags => None,
-            _ => self.digest_kind(),
         }
     }
 
@@ -424,11 +427,13 @@ impl Store for CloudStore {
         match &self.flavor {
             Flavor::Azure(w) => w.put_block(up, idx, data).await,
             Flavor::Gcs(w) => w.put_block(up, idx, data).await,
-            Flavor::S3(_) => {
+            Flavor::S3(extra) => {
                 let part = self
                     .multipart()
-                    .put_part(&path(&up.key)?, &up.id, idx, PutPayload::from(data))
+                    .put_part(&path(&up.key)?, &up.id, idx, PutPayload::from(data.clone()))
                     .await?;
+                let receipt = s3_parts::read(&part.content_id);
+                s3_parts::check(&up.key, idx, &receipt, data, extra.md5_etags).await?;
                 Ok(BlockId(part.content_id))
             }
         }
@@ -440,7 +445,8 @@ impl Store for CloudStore {
         match &self.flavor {
             Flavor::Azure(w) => w.put_block_list(up, &blocks, meta).await.map(|()| None),
             Flavor::Gcs(w) => w.complete(up, &blocks, meta).await.map(|()| None),
-            Flavor::S3(_) => {
+            Flavor::S3(extra) => {
+                let receipts: Vec<_> = blocks.iter().map(|b| s3_parts::read(&b.0)).collect();
                 let parts = blocks
                     .into_iter()
                     .map(|b| PartId { content_id: b.0 })
@@ -449,15 +455,23 @@ impl Store for CloudStore {
                     .multipart()
                     .complete_multipart(&path(&up.key)?, &up.id, parts)
                     .await?;
-                let md5 = matches!(&self.flavor, Flavor::S3(x) if x.md5_etags);
-                let etag = unquote(done.e_tag).filter(|e| md5 && is_md5_etag(e));
+                let etag = unquote(done.e_tag).filter(|e| extra.md5_etags && is_md5_etag(e));
+                // The ETag the parts the store received make (each checked: `put_block`).
+                let sent = s3_parts::assembled(&receipts);
+                if etag.is_none() || sent.is_none() || etag == sent {
+                    return Ok(etag);
+                }
                 // A bucket encrypting with KMS by default answers an ETag that is not an MD5:
                 // before that reads as damage, ask the object how it is stored.
-                let sent = meta.get(META_DIGEST);
-                if etag.is_some() && sent.is_some() && etag.as_ref() != sent {
-                    return Ok(self.head(&up.key).await?.etag);
-                }
-                Ok(etag)
+                let Some(stored) = self.head(&up.key).await?.etag else {
+                    return Ok(None);
+                };
+                let _ = self.delete(&up.key).await;
+                Err(Error::Checksum(format!(
+                    "{}: the store assembled {stored}, its parts make {}; removed",
+                    up.key,
+                    sent.unwrap_or_default()
+                )))
             }
         }
     }

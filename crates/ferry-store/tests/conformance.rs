@@ -115,10 +115,23 @@ async fn s3_minio() {
         .digest(&store.head("dir/big").await.unwrap())
         .unwrap()
         .ends_with("-3"));
-    // An object written whole needs no digest of ferry's: its ETag is the content's MD5 (the
-    // engine then skips hashing it), and reads are checked against that.
+    // Nothing ferry writes needs a digest of ferry's: S3 checks every request's body against
+    // the SHA-256 sent with it, and a part's receipt (object_store's record, which s3_parts
+    // reads) carries the checksum S3 answered with once it had.
     assert_eq!(store.whole_digest_kind(), None);
-    assert_eq!(store.digest_kind(), Some(DigestKind::Md5));
+    assert_eq!(store.digest_kind(), None);
+    let up = store.start_upload("dir/parts", &Meta::new()).await.unwrap();
+    let part = Bytes::from(vec![7u8; 5 << 20]);
+    let id = store.put_block(&up, 0, 0, part.clone()).await.unwrap();
+    assert!(
+        id.0.starts_with("<PartMetadata>") && id.0.contains("<checksum_sha256>"),
+        "{id:?}"
+    );
+    let last = store.put_block(&up, 1, 5 << 20, part).await.unwrap();
+    let made = store
+        .complete_upload(&up, vec![id, last], &Meta::new())
+        .await;
+    assert!(made.unwrap().unwrap().ends_with("-2"));
     let body = Bytes::from_static(b"one request");
     store.put("dir/whole", body, &Meta::new()).await.unwrap();
     let info = store.head("dir/whole").await.unwrap();

@@ -239,7 +239,7 @@ impl S3Config {
             // the body against: signing the payload too would only make the store hash every
             // byte twice (MinIO: two SHA-256 passes per write, 7 % of a 2-core host under
             // `ferry serve`'s flood). The XML bodies (a multipart upload's part list) go
-            // unsigned too: the ETag that answers them is checked against the MD5s ferry sent.
+            // unsigned too: the ETag that answers them is checked against the parts S3 confirmed.
             .with_checksum_algorithm(Checksum::SHA256)
             .with_unsigned_payload(true)
             .with_retry(no_retries())
