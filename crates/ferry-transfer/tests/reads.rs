@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ferry_store::memory::MemoryStore;
 use ferry_store::{DigestKind, Error, Meta, Store};
-use ferry_transfer::{Class, Engine, EngineConfig, NoProgress, Remote, SharedStore};
+use ferry_transfer::{Class, Described, Engine, EngineConfig, NoProgress, Remote, SharedStore};
 
 const MIB: u64 = 1 << 20;
 
@@ -125,12 +125,17 @@ async fn uneven_pieces_are_checked_and_an_object_changed_after_its_description_i
     // object's, the digest the old one's. Refused, and nothing appears.
     let obj = s.describe("obj").await.unwrap();
     s.upload_bytes(pattern(size, 9), "obj", None).await.unwrap();
+    refused_as_damaged(&s, &obj, &d, &dst, "copy2").await;
+}
+
+/// Copying `obj` to `key` fails its checksum and leaves nothing at `key`.
+async fn refused_as_damaged(s: &Remote, obj: &Described, d: &Remote, dst: &MemoryStore, key: &str) {
     let err = s
-        .copy_described_to(&obj, &d, "copy2", &NoProgress)
+        .copy_described_to(obj, d, key, &NoProgress)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Checksum(_)), "{err}");
-    assert!(dst.bytes("copy2").is_none());
+    assert!(dst.bytes(key).is_none());
 }
 
 /// A whole-object CRC (S3's CRC-64/NVME) is checked whatever blocks the object is read in,
@@ -159,10 +164,5 @@ async fn a_whole_object_crc_is_checked_in_any_blocks() {
     assert!(src.tamper("obj", |d| d[17 * MIB as usize] ^= 1));
     let (dst, s, d) = engine_over(&src, 4 * MIB);
     let obj = s.describe("obj").await.unwrap();
-    let err = s
-        .copy_described_to(&obj, &d, "copy", &NoProgress)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::Checksum(_)), "{err}");
-    assert!(dst.bytes("copy").is_none());
+    refused_as_damaged(&s, &obj, &d, &dst, "copy").await;
 }
