@@ -249,15 +249,6 @@ impl Store for CloudStore {
         }
     }
 
-    // S3's own checksum of ferry's uploads (SHA-256 or CRC-64) costs a reader a third of the
-    // MD5 in the ETag or less; other objects have the ETag only.
-    fn read_digest(&self, info: &ObjectInfo) -> Option<String> {
-        match &self.flavor {
-            Flavor::S3(_) => info.checksum.clone().or_else(|| self.digest(info)),
-            _ => self.digest(info),
-        }
-    }
-
     async fn put(&self, key: &str, data: Bytes, meta: &Meta) -> Result<()> {
         match &self.flavor {
             Flavor::Azure(w) => w.put_blob(key, data, meta).await,

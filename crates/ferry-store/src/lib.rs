@@ -159,10 +159,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// The block digest the store vouches for, if any (S3's multipart ETag, or ferry's own
     /// record in metadata where the store computes none).
     fn digest(&self, info: &ObjectInfo) -> Option<String>;
-    /// The digest a reader of the object checks: the cheapest the store vouches for, which
-    /// may be of another kind than [`Store::digest`], the one ferry's writes are compared with.
+    /// The digest a reader of the object checks: the store's own content checksum where it
+    /// gave one ([`ObjectInfo::checksum`], cheaper than MD5), else [`Store::digest`], the one
+    /// ferry's writes are compared with.
     fn read_digest(&self, info: &ObjectInfo) -> Option<String> {
-        self.digest(info)
+        info.checksum.clone().or_else(|| self.digest(info))
     }
     /// The digest the store checks or keeps for what ferry writes (S3's ETag, recorded
     /// metadata), or None: local disk writes, fsyncs and renames, keeps no metadata, and

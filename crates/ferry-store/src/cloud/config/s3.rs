@@ -276,7 +276,7 @@ impl S3Config {
 fn checksum(crc64: Option<&str>, sha256: Option<&str>) -> Option<String> {
     let decode = |v: &str, len: usize| {
         let raw = BASE64_STANDARD.decode(v).ok()?;
-        (raw.len() == len).then(|| raw.iter().map(|b| format!("{b:02x}")).collect::<String>())
+        (raw.len() == len).then(|| hex::encode(raw))
     };
     // A composite CRC-64 (`…-N`, not S3's; some other store's) would not combine: skip it.
     let crc = crc64
