@@ -442,13 +442,36 @@ impl Store for CloudStore {
                     .into_iter()
                     .map(|b| PartId { content_id: b.0 })
                     .collect();
+                // The ETag the parts the store received make (each checked: `put_block`).
+                let sent = s3_parts::assembled(&receipts).filter(|_| extra.md5_etags);
+                let md5 = |e: Option<String>| e.filter(|e| extra.md5_etags && is_md5_etag(e));
                 let done = self
                     .multipart()
                     .complete_multipart(&path(&up.key)?, &up.id, parts)
-                    .await?;
-                let etag = unquote(done.e_tag).filter(|e| extra.md5_etags && is_md5_etag(e));
-                // The ETag the parts the store received make (each checked: `put_block`).
-                let sent = s3_parts::assembled(&receipts);
+                    .await
+                    .map_err(Error::from);
+                let etag = match done {
+                    Ok(done) => md5(unquote(done.e_tag)),
+                    // A completion sent again after its answer was lost finds its upload gone:
+                    // the object under the key must be the one these parts make. Not removed
+                    // when it is not: it may be another writer's, or this key's before.
+                    // Else (no ETag to compare) the caller looks at the object's size.
+                    Err(Error::NotFound(e)) if sent.is_some() => {
+                        match md5(self.head(&up.key).await?.etag) {
+                            Some(stored) if Some(&stored) == sent.as_ref() => Some(stored),
+                            Some(stored) => {
+                                return Err(Error::Permanent(format!(
+                                    "checksum mismatch: {}: the upload is gone and the object \
+                                     there is not the one its parts make ({stored}, not {}): {e}",
+                                    up.key,
+                                    sent.unwrap_or_default()
+                                )))
+                            }
+                            None => return Err(Error::NotFound(e)),
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
                 if etag.is_none() || sent.is_none() || etag == sent {
                     return Ok(etag);
                 }
@@ -458,8 +481,11 @@ impl Store for CloudStore {
                     return Ok(None);
                 };
                 let _ = self.delete(&up.key).await;
-                Err(Error::Checksum(format!(
-                    "{}: the store assembled {stored}, its parts make {}; removed",
+                // Not retried: the upload is consumed, and a retry would find the object
+                // (were the removal refused) with nothing left to compare it with.
+                Err(Error::Permanent(format!(
+                    "checksum mismatch: {}: the store assembled {stored}, its parts make {}; \
+                     removed",
                     up.key,
                     sent.unwrap_or_default()
                 )))

@@ -47,6 +47,8 @@ struct Inner {
     counter: u64,
     /// The reads asked of a remote store, in order.
     reads: Vec<String>,
+    /// The content checksum every description carries: [`MemoryStore::claim_checksum`].
+    checksum: Option<String>,
 }
 
 impl Inner {
@@ -206,9 +208,16 @@ impl MemoryStore {
         self.lock().reads.clone()
     }
 
-    fn info_of(k: &str, obj: &Object) -> ObjectInfo {
+    /// From now on every object's description carries `checksum` as the store's own content
+    /// checksum ([`ObjectInfo::checksum`], S3's `x-amz-checksum-*`), true or not: a test's
+    /// store that vouches for what it does not hold.
+    pub fn claim_checksum(&self, checksum: Option<String>) {
+        self.lock().checksum = checksum;
+    }
+
+    fn info_of(k: &str, obj: &Object, checksum: Option<String>) -> ObjectInfo {
         ObjectInfo {
-            checksum: None,
+            checksum,
             key: k.to_string(),
             size: obj.data.len() as u64,
             etag: Some(obj.etag.clone()),
@@ -322,7 +331,8 @@ impl Store for MemoryStore {
     async fn head(&self, key: &str) -> Result<ObjectInfo> {
         self.log(|| format!("head {key}"));
         let k = clean(key)?;
-        Ok(Self::info_of(k, self.lock().object(k)?))
+        let inner = self.lock();
+        Ok(Self::info_of(k, inner.object(k)?, inner.checksum.clone()))
     }
 
     async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
@@ -332,7 +342,7 @@ impl Store for MemoryStore {
         let inner = self.lock();
         let obj = inner.object(k)?;
         let first = obj.data.slice(..obj.data.len().min(len as usize));
-        Ok((Self::info_of(k, obj), first))
+        Ok((Self::info_of(k, obj, inner.checksum.clone()), first))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {

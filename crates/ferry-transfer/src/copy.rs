@@ -42,16 +42,23 @@ const TAIL_PIECES: u64 = 4;
 /// Smallest piece: below it a request's round trip costs more than its bytes.
 const TAIL_PIECE: u64 = 1 << 20;
 
-/// The digest an object's reader can check, if the source vouches for one under `plan`.
+/// The digest an object's reader can check, if the source vouches for one under `plan`: the
+/// cheapest ([`ferry_store::Store::read_digest`]), else the one ferry's writes are compared
+/// with. Both are the store's answer: one that cannot be checked under `plan` (a checksum of
+/// parts, for an object read whole) must not hide the other.
 pub(crate) fn expected_digest(
     src: &SharedStore, info: &ObjectInfo, plan: BlockPlan,
 ) -> Option<String> {
-    let digest = src.read_digest(info)?;
     let written_with = BlockPlan::recorded(info);
-    let single = plan.blocks(info.size).len() <= 1;
-    let any_blocks = ferry_store::DigestKind::of(&digest).any_blocks();
-    (any_blocks || written_with == Some(plan) || (single && !digest.contains('-')))
-        .then_some(digest)
+    let single = plan.count(info.size) <= 1;
+    let usable = |digest: &String| {
+        ferry_store::DigestKind::of(digest).any_blocks()
+            || written_with == Some(plan)
+            || (single && !digest.contains('-'))
+    };
+    src.read_digest(info)
+        .filter(usable)
+        .or_else(|| src.digest(info).filter(usable))
 }
 
 pub(crate) fn meta_with(plan: BlockPlan, digest: Option<&str>) -> Meta {

@@ -15,6 +15,12 @@ const SPREAD: u64 = 16;
 /// A stream of unknown length doubles its block size every this many blocks, so that it never
 /// runs out of S3's 10,000 parts (8 MiB x 1000 x (1 + 2 + ... + 512) is about 8 TiB).
 const GROW_EVERY: u64 = 1000;
+/// Doublings of a growing plan's block size, at most: past them its blocks keep one size.
+const MAX_DOUBLINGS: u64 = 16;
+/// Blocks a recorded plan may cut an object into, at most. A plan is metadata a store hands
+/// back, hostile input like any: `1` for a terabyte would be a trillion blocks to list. Ten
+/// times the most any store takes in one object (Azure: 50,000 blocks).
+const MAX_RECORDED_BLOCKS: u64 = 500_000;
 
 /// Block sizes of one object: `base`, doubling every `grow_every` blocks (never, when 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +65,34 @@ impl BlockPlan {
     pub fn block_len(&self, idx: u64) -> u64 {
         match self.grow_every {
             0 => self.base,
-            g => self.base << (idx / g).min(16),
+            // Saturating: a recorded base near 2^64 must not double into 0 (a block of no bytes).
+            g => self.base.saturating_mul(1 << (idx / g).min(MAX_DOUBLINGS)),
         }
+    }
+
+    /// Blocks from `idx` on that have the size of block `idx`: to the next doubling, or all
+    /// of them once the size no longer grows.
+    fn run_from(&self, idx: u64) -> u64 {
+        match self.grow_every {
+            0 => u64::MAX,
+            g if idx / g >= MAX_DOUBLINGS => u64::MAX,
+            g => g - idx % g,
+        }
+    }
+
+    /// How many blocks an object of `size` bytes is cut into, without listing them.
+    pub fn count(&self, size: u64) -> u64 {
+        let (mut off, mut idx) = (0, 0);
+        while off < size {
+            let (len, run) = (self.block_len(idx), self.run_from(idx));
+            let span = len.saturating_mul(run);
+            if size - off <= span {
+                return idx + (size - off).div_ceil(len);
+            }
+            off += span;
+            idx += run;
+        }
+        idx
     }
 
     /// Offsets and lengths of every block of an object of `size` bytes (none for 0 bytes).
@@ -87,9 +119,11 @@ impl BlockPlan {
                 .all(|&(_, l)| l >= limits.min_block)
     }
 
-    /// The plan recorded with an object ferry wrote, if any.
+    /// The plan recorded with an object ferry wrote, if any: none where the recorded one would
+    /// cut the object into more blocks than any store takes ([`MAX_RECORDED_BLOCKS`]).
     pub fn recorded(info: &ObjectInfo) -> Option<Self> {
-        info.meta.get(META_BLOCKS).and_then(|p| Self::decode(p))
+        let plan = info.meta.get(META_BLOCKS).and_then(|p| Self::decode(p))?;
+        (plan.count(info.size) <= MAX_RECORDED_BLOCKS).then_some(plan)
     }
 
     /// Size of the largest block of an object of `size` bytes, without listing the blocks.
@@ -98,12 +132,7 @@ impl BlockPlan {
         let mut idx = 0;
         // Fixed plans settle at once; growing ones step a thousand blocks at a time.
         while off < size {
-            let len = self.block_len(idx);
-            let run = if self.grow_every == 0 {
-                u64::MAX
-            } else {
-                self.grow_every - idx % self.grow_every
-            };
+            let (len, run) = (self.block_len(idx), self.run_from(idx));
             let span = len.saturating_mul(run);
             if size - off <= span {
                 return len
@@ -218,5 +247,38 @@ mod tests {
         }
         assert_eq!(BlockPlan::decode("zero"), None);
         assert_eq!(BlockPlan::decode("0"), None);
+    }
+
+    #[test]
+    fn counts_match_the_listed_blocks() {
+        for p in [(10, 2), (10, 0), (1, 1), (7, 3)] {
+            let p = BlockPlan {
+                base: p.0,
+                grow_every: p.1,
+            };
+            for size in [0, 1, 9, 10, 11, 45, 1000, 1 << 20] {
+                assert_eq!(p.count(size), p.blocks(size).len() as u64, "{p:?} {size}");
+            }
+        }
+    }
+
+    /// Hostile metadata: a plan a store hands back that would list a trillion blocks, or
+    /// whose doubling wraps to blocks of no bytes, is no plan; nothing hangs or runs out of
+    /// memory deciding so.
+    #[test]
+    fn a_recorded_plan_past_any_store_is_refused() {
+        let info = |plan: &str, size: u64| ObjectInfo {
+            key: "k".into(),
+            size,
+            meta: [(META_BLOCKS.to_string(), plan.to_string())].into(),
+            ..Default::default()
+        };
+        assert_eq!(BlockPlan::recorded(&info("1", 1 << 40)), None);
+        assert_eq!(BlockPlan::recorded(&info("1x1", u64::MAX)), None);
+        let huge = BlockPlan::recorded(&info("9223372036854775808x1", (1 << 63) + 1)).unwrap();
+        assert_eq!(huge.blocks((1 << 63) + 1).len(), 2);
+        assert_eq!(huge.largest((1 << 63) + 1), 1 << 63);
+        let ok = BlockPlan::recorded(&info("5242880", 1 << 30)).unwrap();
+        assert_eq!(ok.count(1 << 30), 205);
     }
 }

@@ -138,6 +138,35 @@ async fn refused_as_damaged(s: &Remote, obj: &Described, d: &Remote, dst: &Memor
     assert!(dst.bytes(key).is_none());
 }
 
+/// Copies `obj` of `src` read in `block`-sized blocks, checks the copy holds `body`, and
+/// returns how many reads were checked against a digest.
+async fn copied_in(src: &Arc<MemoryStore>, block: u64, body: &Bytes) -> u64 {
+    let (dst, s, d) = engine_over(src, block);
+    let obj = s.describe("obj").await.unwrap();
+    s.copy_described_to(&obj, &d, "copy", &NoProgress)
+        .await
+        .unwrap();
+    assert_eq!(dst.bytes("copy").unwrap(), *body);
+    s.report().verified
+}
+
+/// Hostile input: a store that answers a checksum the reader cannot use (a SHA-256 of parts,
+/// `-1`, for an object read in one block) beside a digest it can. The usable one is checked:
+/// the other must not hide it, and a damaged byte is refused.
+#[tokio::test]
+async fn a_checksum_the_reader_cannot_use_does_not_hide_the_digest() {
+    let body = pattern(MIB, 3);
+    let src = Arc::new(MemoryStore::recording(DigestKind::Md5).remote());
+    let (_, s, _) = engine_over(&src, 5 * MIB);
+    s.upload_bytes(body.clone(), "obj", None).await.unwrap();
+    src.claim_checksum(Some(format!("sha256:{}-1", "0".repeat(64))));
+    assert_eq!(copied_in(&src, 4 * MIB, &body).await, 1);
+    assert!(src.tamper("obj", |d| d[1000] ^= 1));
+    let (dst, s, d) = engine_over(&src, 4 * MIB);
+    let obj = s.describe("obj").await.unwrap();
+    refused_as_damaged(&s, &obj, &d, &dst, "copy").await;
+}
+
 /// A whole-object CRC (S3's CRC-64/NVME) is checked whatever blocks the object is read in,
 /// where a per-block digest is checked only in the blocks it was written in; and one damaged
 /// byte is refused.
@@ -150,13 +179,8 @@ async fn a_whole_object_crc_is_checked_in_any_blocks() {
         let (_, s, _) = engine_over(&src, 5 * MIB);
         s.upload_bytes(body.clone(), "obj", None).await.unwrap();
         // Read in 4 MiB blocks, not the 5 MiB it was written in.
-        let (dst, s, d) = engine_over(&src, 4 * MIB);
-        let obj = s.describe("obj").await.unwrap();
-        s.copy_described_to(&obj, &d, "copy", &NoProgress)
-            .await
-            .unwrap();
-        assert_eq!(dst.bytes("copy").unwrap(), body);
-        assert_eq!(s.report().verified, checked_in_other_blocks, "{kind:?}");
+        let verified = copied_in(&src, 4 * MIB, &body).await;
+        assert_eq!(verified, checked_in_other_blocks, "{kind:?}");
     }
     let src = Arc::new(MemoryStore::recording(DigestKind::Crc64).remote());
     let (_, s, _) = engine_over(&src, 5 * MIB);

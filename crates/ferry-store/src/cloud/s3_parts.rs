@@ -5,6 +5,7 @@
 //! without (a store that ignores `x-amz-checksum-*`) is checked by its ETag, the MD5 of what
 //! the store received, as every part was before: MD5 was half of an upload's CPU.
 
+use base64::prelude::{Engine as _, BASE64_STANDARD};
 use md5::{Digest, Md5};
 
 use crate::{Error, Result};
@@ -31,14 +32,21 @@ pub(super) fn read(content_id: &str) -> Receipt {
     match content_id.starts_with('<') {
         true => Receipt {
             etag: field("e_tag").unwrap_or_default().trim_matches('"').into(),
-            confirmed: field("checksum_sha256").is_some_and(|c| !c.is_empty())
-                || field("checksum_crc64nvme").is_some_and(|c| !c.is_empty()),
+            confirmed: field("checksum_sha256").is_some_and(|c| is_sha256(&c)),
         },
         false => Receipt {
             etag: content_id.trim_matches('"').into(),
             confirmed: false,
         },
     }
+}
+
+/// True for a SHA-256 as S3 answers one (base64 of 32 bytes): the algorithm ferry sends. S3
+/// refuses a part whose bytes do not match the checksum sent with it, and answers the
+/// checksum only for a part it took; anything else in its place (another algorithm, a
+/// value of another length, an empty one) confirms nothing, and the part's ETag is checked.
+fn is_sha256(b64: &str) -> bool {
+    BASE64_STANDARD.decode(b64).is_ok_and(|raw| raw.len() == 32)
 }
 
 fn unescape(s: &str) -> String {
@@ -108,6 +116,17 @@ mod tests {
         assert!(
             !read("<PartMetadata><e_tag>x</e_tag><checksum_sha256></checksum_sha256>").confirmed
         );
+        // Hostile answers: a value that is no SHA-256, or another algorithm's.
+        for forged in [
+            "<checksum_sha256>x</checksum_sha256>",
+            "<checksum_sha256>AAAA</checksum_sha256>",
+            "<checksum_crc64nvme>AAAAAAAAAAA=</checksum_crc64nvme>",
+        ] {
+            let r = read(&format!(
+                "<PartMetadata><e_tag>\"abc\"</e_tag>{forged}</PartMetadata>"
+            ));
+            assert!(!r.confirmed, "{forged}");
+        }
     }
 
     #[tokio::test]
