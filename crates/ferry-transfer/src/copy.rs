@@ -285,7 +285,7 @@ impl Engine {
         &self, dst: &SharedStore, up: &Upload, parts: Vec<(BlockId, BlockSum)>, plan: BlockPlan,
         size: u64, expect: Option<&str>, src_name: &str,
     ) -> Result<()> {
-        let want = plan.blocks(size).len();
+        let want = plan.count(size) as usize;
         if parts.len() != want {
             return Err(Error::Permanent(format!(
                 "{}: {} of {want} blocks sent; not committing an incomplete object",

@@ -80,19 +80,27 @@ impl BlockPlan {
         }
     }
 
-    /// How many blocks an object of `size` bytes is cut into, without listing them.
-    pub fn count(&self, size: u64) -> u64 {
+    /// The run of equal blocks the last byte of an object of `size` bytes falls in: its first
+    /// block's index, offset and size; None for 0 bytes. Fixed plans settle at once, growing
+    /// ones step a run (a thousand blocks) at a time.
+    fn last_run(&self, size: u64) -> Option<(u64, u64, u64)> {
         let (mut off, mut idx) = (0, 0);
         while off < size {
             let (len, run) = (self.block_len(idx), self.run_from(idx));
             let span = len.saturating_mul(run);
             if size - off <= span {
-                return idx + (size - off).div_ceil(len);
+                return Some((idx, off, len));
             }
             off += span;
             idx += run;
         }
-        idx
+        None
+    }
+
+    /// How many blocks an object of `size` bytes is cut into, without listing them.
+    pub fn count(&self, size: u64) -> u64 {
+        self.last_run(size)
+            .map_or(0, |(idx, off, len)| idx + (size - off).div_ceil(len))
     }
 
     /// Offsets and lengths of every block of an object of `size` bytes (none for 0 bytes).
@@ -128,21 +136,10 @@ impl BlockPlan {
 
     /// Size of the largest block of an object of `size` bytes, without listing the blocks.
     pub fn largest(&self, size: u64) -> u64 {
-        let mut off = 0;
-        let mut idx = 0;
-        // Fixed plans settle at once; growing ones step a thousand blocks at a time.
-        while off < size {
-            let (len, run) = (self.block_len(idx), self.run_from(idx));
-            let span = len.saturating_mul(run);
-            if size - off <= span {
-                return len
-                    .min(size - off)
-                    .max(if idx > 0 { self.block_len(idx - 1) } else { 0 });
-            }
-            off += span;
-            idx += run;
-        }
-        0
+        self.last_run(size).map_or(0, |(idx, off, len)| {
+            len.min(size - off)
+                .max(if idx > 0 { self.block_len(idx - 1) } else { 0 })
+        })
     }
 
     /// The metadata form: `BASE` or `BASExGROW`.

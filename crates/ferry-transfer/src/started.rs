@@ -27,7 +27,7 @@ impl Engine {
     /// request will carry them whole (there is nothing to start).
     pub(crate) fn start_ahead(&self, dst: &SharedStore, key: &str, size: u64) -> Option<Started> {
         let plan = BlockPlan::for_size(size, dst.limits(), self.cfg.block_size);
-        let blocks = plan.blocks(size).len();
+        let blocks = plan.count(size) as usize;
         if blocks <= 1 {
             return None;
         }
@@ -61,7 +61,7 @@ impl Engine {
     pub(crate) async fn begun(
         &self, dst: &SharedStore, key: &str, size: u64, plan: BlockPlan, started: Option<Started>,
     ) -> Result<Upload> {
-        let blocks = plan.blocks(size).len();
+        let blocks = plan.count(size) as usize;
         let Some(s) = started else {
             return self.begin(dst, key, plan, blocks).await;
         };

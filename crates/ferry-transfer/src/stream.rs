@@ -129,7 +129,7 @@ impl Engine {
     ) -> Result<u64> {
         let size = data.len() as u64;
         let plan = BlockPlan::for_size(size, dst.limits(), self.cfg.block_size);
-        if plan.blocks(size).len() <= 1 {
+        if plan.count(size) <= 1 {
             if let Some(s) = started {
                 self.abandon(dst, s).await;
             }
