@@ -20,8 +20,8 @@
 //!   (or after [`DRAIN_WINDOWS`], so that one hung request cannot freeze the tuner), unless
 //!   it shows a faster link (the last point).
 //! - A probe is judged in a window where requests waited for a slot; after [`IDLE_WINDOWS`]
-//!   without any it is closed (an upward one taken back), so that a slow source or the tail of
-//!   a transfer never leaves one open.
+//!   without any it is closed (an upward one taken back unless the load used its requests),
+//!   so that a slow source or the tail of a transfer never leaves one open.
 //! - Settled, probe upwards after one window, downwards after [`PROBE_AFTER`]: links change;
 //!   and at once, up or down, when the rate rises or falls by [`RISE`] with the same requests.
 //!   A link that got faster (the same requests carried [`RISE`] more, or fewer carried
@@ -416,7 +416,7 @@ impl Tuner {
                 self.idle = 0;
                 self.evaluate(rate, in_flight, block, taken_back);
             } else {
-                self.close_idle_probe();
+                self.close_idle_probe(in_flight);
             }
         }
         if self.limit != before {
@@ -555,8 +555,14 @@ impl Tuner {
     }
 
     /// An open probe left without waiting requests for [`IDLE_WINDOWS`] is closed: an
-    /// upward one taken back (its requests were never used), a downward one kept.
-    fn close_idle_probe(&mut self) {
+    /// upward one taken back when its requests were never used (`in_flight`, the window's
+    /// average, no more than its base's limit), a downward one kept. An upward probe whose
+    /// requests were used though none waited is kept: the load needs more than the base's
+    /// limit and no more than the probe's, and no window will ever judge it, since none
+    /// waits (behind `ferry serve`, 50 tenants pushing 1 MiB of WAL a second over wan: 10.5
+    /// requests in flight under a probe to 13; taken back to 8, the WAL queued for 6 s, its
+    /// pushes taking 0.5-1 s instead of 0.21, until a window waited and the tuner climbed).
+    fn close_idle_probe(&mut self, in_flight: f64) {
         let Some(probe) = self.probe else { return };
         self.idle += 1;
         if self.idle < IDLE_WINDOWS {
@@ -566,7 +572,9 @@ impl Tuner {
         self.probe = None;
         self.shortcut = false;
         if let (Probe::Up, Some((_, base_limit))) = (probe, self.base) {
-            self.set(base_limit);
+            if in_flight <= base_limit as f64 {
+                self.set(base_limit);
+            }
         }
         self.base = None;
     }
@@ -1546,6 +1554,67 @@ mod tests {
         window(&mut t, 0.0, 0);
         window(&mut t, base * 3.0, limit);
         assert!(t.limit() <= limit, "climbed on a burst after idle");
+    }
+
+    #[test]
+    fn an_upward_probe_the_load_uses_without_waiting_is_kept() {
+        // A load of 10 requests at a time (50 WAL pushes a second of 0.21 s), 5 MB/s each: 8
+        // make it wait, 13 carry it with none waiting. Taken back to 8 for want of waiting
+        // requests, it queued again until the next probe.
+        let seen = demand(10, 40);
+        assert!(seen[..5].contains(&13), "never climbed: {seen:?}");
+        assert!(
+            seen[5..].iter().all(|&l| l >= 11),
+            "taken back below the load: {seen:?}"
+        );
+    }
+
+    #[test]
+    fn an_upward_probe_nothing_uses_is_taken_back() {
+        // The load waits at 8, then needs only 6: the probe above 8 is never used.
+        let mut t = Tuner::new(8, 128, false);
+        let (mut now, mut wire) = (t.window_start, t.wire_at);
+        let mut seen = Vec::new();
+        for i in 0..10 {
+            now += WINDOW;
+            let n = if i < 3 { 8 } else { 6 };
+            if i < 3 {
+                t.note_waiting();
+            }
+            wire += n * 10_000_000;
+            let r = Reading {
+                waiting: usize::from(i < 3),
+                ..reading(wire, n as usize)
+            };
+            t.tick(r, now);
+            seen.push(t.limit());
+        }
+        assert!(seen.contains(&13), "never probed: {seen:?}");
+        assert_eq!(t.limit(), 8, "an unused probe kept: {seen:?}");
+    }
+
+    /// A load of `load` requests at a time, 5 MB/s each, over `windows` windows from a limit
+    /// of 8: requests wait while the limit is below it. The limits seen.
+    fn demand(load: usize, windows: usize) -> Vec<usize> {
+        let mut t = Tuner::new(8, 128, false);
+        let (mut now, mut wire) = (t.window_start, t.wire_at);
+        let mut seen = Vec::new();
+        for _ in 0..windows {
+            now += WINDOW;
+            let in_flight = t.limit().min(load);
+            let waiting = usize::from(t.limit() < load);
+            if waiting > 0 {
+                t.note_waiting();
+            }
+            wire += (in_flight as f64 * 5e6 * WINDOW.as_secs_f64()) as u64;
+            let r = Reading {
+                waiting,
+                ..reading(wire, in_flight)
+            };
+            t.tick(r, now);
+            seen.push(t.limit());
+        }
+        seen
     }
 
     #[test]
