@@ -575,9 +575,10 @@ mod tests {
         let mut now = Instant::now();
         let mut wrote = |s: &Arc<Scheduler>, ms: u64| wrote(s, &mut now, ms);
         // Bulk work holds every slot. The first writes set the least; steps of late ones cut
-        // bulk to its floor, from the 8 it has in flight, as its requests end.
+        // bulk to its floor, from the 8 it has in flight, as its requests end (each cut judged
+        // on writes that began once it showed).
         let mut held = bulk_slots(&s, 8).await;
-        for ms in [200, 2000, 2000, 2000, 2000, 2000] {
+        for ms in [200, 2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000] {
             wrote(&s, ms);
             held.truncate(s.bulk_limit());
         }
@@ -585,13 +586,16 @@ mod tests {
         assert!(given(&s, Class::Bulk).await.is_none(), "bulk past its cap");
         let urgent = given(&s, Class::Urgent).await;
         assert!(urgent.is_some(), "urgent work waited for bulk's cap");
-        // On time again: one more bulk request may run, and the one waiting is let in.
+        // On time again: one more bulk request may run (a quarter a step near where the
+        // writes were late), and the one waiting is let in.
         let waiter = tokio::spawn({
             let s = s.clone();
             async move { s.slot(Class::Bulk).await }
         });
         tokio::task::yield_now().await;
-        wrote(&s, 200);
+        for _ in 0..4 {
+            wrote(&s, 200);
+        }
         assert_eq!(s.bulk_limit(), 3);
         let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
         assert!(got.is_ok(), "a grown cap did not let the waiter in");
