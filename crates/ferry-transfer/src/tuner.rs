@@ -21,7 +21,8 @@
 //!   it shows a faster link (the last point).
 //! - A probe is judged in a window where requests waited for a slot; after [`IDLE_WINDOWS`]
 //!   without any it is closed (an upward one taken back unless the load used its requests),
-//!   so that a slow source or the tail of a transfer never leaves one open.
+//!   so that a slow source or the tail of a transfer never leaves one open; settled, as many
+//!   make the base another load's, and the next window that binds opens an upward probe.
 //! - Settled, probe upwards after one window, downwards after [`PROBE_AFTER`]: links change;
 //!   and at once, up or down, when the rate rises or falls by [`RISE`] with the same requests.
 //!   A link that got faster (the same requests carried [`RISE`] more, or fewer carried
@@ -395,6 +396,9 @@ impl Tuner {
             // Idle: whatever comes next starts with a burst again.
             self.settling = true;
             self.stepped_down = false;
+            if self.probe.is_none() {
+                self.close_idle_probe(in_flight);
+            }
             return false;
         }
         if self.fixed || (settling && !faster) {
@@ -562,18 +566,24 @@ impl Tuner {
     /// waits (behind `ferry serve`, 50 tenants pushing 1 MiB of WAL a second over wan: 10.5
     /// requests in flight under a probe to 13; taken back to 8, the WAL queued for 6 s, its
     /// pushes taking 0.5-1 s instead of 0.21, until a window waited and the tuner climbed).
+    ///
+    /// Settled, the same windows make the base another load's: the next window in which the
+    /// limit binds opens an upward probe instead of being judged against it. Behind `ferry
+    /// serve`, its repositories' setup left 57.6 MB/s at 8 requests as the base; the WAL that
+    /// came next carried 40 MB/s at 8 with requests waiting, read as a link that fell: a
+    /// descent to 7, then 8 again, and 12 s of pushes queued at 0.5-3 s instead of 0.21.
     fn close_idle_probe(&mut self, in_flight: f64) {
-        let Some(probe) = self.probe else { return };
         self.idle += 1;
         if self.idle < IDLE_WINDOWS {
             return;
         }
         self.idle = 0;
-        self.probe = None;
-        self.shortcut = false;
-        if let (Probe::Up, Some((_, base_limit))) = (probe, self.base) {
-            if in_flight <= base_limit as f64 {
-                self.set(base_limit);
+        if let Some(probe) = self.probe.take() {
+            self.shortcut = false;
+            if let (Probe::Up, Some((_, base_limit))) = (probe, self.base) {
+                if in_flight <= base_limit as f64 {
+                    self.set(base_limit);
+                }
             }
         }
         self.base = None;
@@ -1591,6 +1601,42 @@ mod tests {
         }
         assert!(seen.contains(&13), "never probed: {seen:?}");
         assert_eq!(t.limit(), 8, "an unused probe kept: {seen:?}");
+    }
+
+    #[test]
+    fn a_base_from_before_the_limit_stopped_binding_is_another_loads() {
+        // A burst carried 57.6 MB/s at 8 requests; then nothing waited for a while; then a
+        // load that 8 carry at 40 MB/s, with requests waiting. Judged against the burst it
+        // looked like a link that fell, and went down.
+        let mut t = Tuner::new(8, 128, false);
+        let (mut now, mut wire) = (t.window_start, t.wire_at);
+        let mut window = |t: &mut Tuner, mb: u64, in_flight: usize, waiting: usize| {
+            now += WINDOW;
+            if waiting > 0 {
+                t.note_waiting();
+            }
+            wire += mb * 2_000_000;
+            let r = Reading {
+                waiting,
+                ..reading(wire, in_flight)
+            };
+            t.tick(r, now);
+            t.limit()
+        };
+        window(&mut t, 0, 8, 1);
+        window(&mut t, 58, 8, 1);
+        assert_eq!(window(&mut t, 58, 8, 1), 13, "the burst's probe");
+        window(&mut t, 27, 13, 1);
+        assert_eq!(window(&mut t, 27, 13, 1), 8, "a probe that did not pay");
+        for _ in 0..3 {
+            window(&mut t, 5, 1, 0);
+        }
+        let seen: Vec<usize> = (0..6).map(|_| window(&mut t, 40, 8, 1)).collect();
+        assert!(seen.iter().all(|&l| l >= 8), "went down: {seen:?}");
+        assert!(
+            seen.iter().any(|&l| l > 8),
+            "never probed upwards: {seen:?}"
+        );
     }
 
     /// A load of `load` requests at a time, 5 MB/s each, over `windows` windows from a limit
