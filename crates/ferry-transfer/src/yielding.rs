@@ -263,17 +263,21 @@ mod tests {
         l.judge(*now, limit, bulk);
     }
 
+    /// `n` steps of four writes of `ms` each, bulk work filling its cap under `limit`: each
+    /// cut shows before the next. The cap after them.
+    fn steps_at_cap(l: &mut BulkCap, now: &mut Instant, n: usize, ms: u64, limit: usize) -> usize {
+        for _ in 0..n {
+            let bulk = l.get(limit);
+            step(l, now, &[ms; 4], limit, bulk);
+        }
+        l.get(limit)
+    }
+
     #[test]
     fn late_urgent_transfers_cut_bulk_and_timely_ones_give_it_back() {
         let mut l = BulkCap::new();
         let mut now = Instant::now();
-        // Bulk work fills its cap: each cut shows before the next.
-        let mut steps = |l: &mut BulkCap, n: usize, ms: u64| {
-            for _ in 0..n {
-                let bulk = l.get(56);
-                step(l, &mut now, &[ms; 4], 56, bulk);
-            }
-        };
+        let mut steps = |l: &mut BulkCap, n: usize, ms: u64| steps_at_cap(l, &mut now, n, ms, 56);
         // On time (200 ms a MiB): bulk keeps the whole limit.
         steps(&mut l, 20, 200);
         assert_eq!(l.get(56), 56);
@@ -361,13 +365,7 @@ mod tests {
         step(&mut l, &mut now, &[200; 4], 56, 20);
         step(&mut l, &mut now, &[1000; 4], 56, 20);
         assert_eq!(l.get(56), 15);
-        let mut on_time = |l: &mut BulkCap, n: usize| {
-            for _ in 0..n {
-                let bulk = l.get(56);
-                step(l, &mut now, &[200; 4], 56, bulk);
-            }
-            l.get(56)
-        };
+        let mut on_time = |l: &mut BulkCap, n: usize| steps_at_cap(l, &mut now, n, 200, 56);
         // The step where the cut shows, then a slot a step up to 17 (0.85 of the 20 that
         // were late), then one a second (four steps).
         assert_eq!(on_time(&mut l, 3), 17);
@@ -444,10 +442,7 @@ mod tests {
         step(&mut l, &mut now, &[1000; 4], 8, 8);
         assert_eq!(l.get(8), 6);
         // The cut shows, then a quarter of a slot a step near it.
-        for _ in 0..9 {
-            let bulk = l.get(8);
-            step(&mut l, &mut now, &[200; 4], 8, bulk);
-        }
+        steps_at_cap(&mut l, &mut now, 9, 200, 8);
         // Back at the limit it is uncut: the tuner's next step up is bulk's too.
         assert_eq!(l.get(32), 32);
     }
@@ -473,15 +468,9 @@ mod tests {
         step(&mut l, &mut now, &[100; 4], 56, 56);
         // The link got slower for good: after two windows, 500 ms is the new normal.
         let each = (STEP + Duration::from_millis(500)).as_millis();
-        for _ in 0..(2 * WINDOW.as_millis() / each + 4) {
-            let bulk = l.get(56);
-            step(&mut l, &mut now, &[500; 4], 56, bulk);
-        }
-        let before = l.get(56);
-        for _ in 0..20 {
-            let bulk = l.get(56);
-            step(&mut l, &mut now, &[500; 4], 56, bulk);
-        }
+        let n = (2 * WINDOW.as_millis() / each + 4) as usize;
+        let before = steps_at_cap(&mut l, &mut now, n, 500, 56);
+        steps_at_cap(&mut l, &mut now, 20, 500, 56);
         // Back up: slowly past the last cut (from 4 in flight), then a slot a step.
         assert!(l.get(56) >= before + 15, "{before} -> {}", l.get(56));
     }
