@@ -273,6 +273,16 @@ mod tests {
         l.get(limit)
     }
 
+    /// A cap that saw writes on time, then a step of late ones with `bulk` requests in flight
+    /// under `limit`; and the clock.
+    fn cut_at(limit: usize, bulk: usize) -> (BulkCap, Instant) {
+        let mut l = BulkCap::new();
+        let mut now = Instant::now();
+        step(&mut l, &mut now, &[200; 4], limit, bulk);
+        step(&mut l, &mut now, &[1000; 4], limit, bulk);
+        (l, now)
+    }
+
     #[test]
     fn late_urgent_transfers_cut_bulk_and_timely_ones_give_it_back() {
         let mut l = BulkCap::new();
@@ -322,10 +332,7 @@ mod tests {
 
     #[test]
     fn a_cut_waits_for_bulk_to_come_down_to_it() {
-        let mut l = BulkCap::new();
-        let mut now = Instant::now();
-        step(&mut l, &mut now, &[200; 4], 56, 40);
-        step(&mut l, &mut now, &[1000; 4], 56, 40);
+        let (mut l, mut now) = cut_at(56, 40);
         assert_eq!(l.get(56), 30);
         // Late again while the 40 requests of before the cut are still on the wire: the cut
         // has yet to show.
@@ -342,10 +349,7 @@ mod tests {
 
     #[test]
     fn writes_that_began_before_a_cut_showed_are_not_judged() {
-        let mut l = BulkCap::new();
-        let mut now = Instant::now();
-        step(&mut l, &mut now, &[200; 4], 56, 40);
-        step(&mut l, &mut now, &[1000; 4], 56, 40);
+        let (mut l, mut now) = cut_at(56, 40);
         assert_eq!(l.get(56), 30);
         now += STEP;
         l.judge(now, 56, 30);
@@ -360,10 +364,7 @@ mod tests {
 
     #[test]
     fn growth_slows_near_the_last_cut() {
-        let mut l = BulkCap::new();
-        let mut now = Instant::now();
-        step(&mut l, &mut now, &[200; 4], 56, 20);
-        step(&mut l, &mut now, &[1000; 4], 56, 20);
+        let (mut l, mut now) = cut_at(56, 20);
         assert_eq!(l.get(56), 15);
         let mut on_time = |l: &mut BulkCap, n: usize| steps_at_cap(l, &mut now, n, 200, 56);
         // The step where the cut shows, then a slot a step up to 17 (0.85 of the 20 that
@@ -436,10 +437,7 @@ mod tests {
 
     #[test]
     fn a_cap_grown_back_to_the_limit_follows_the_limit() {
-        let mut l = BulkCap::new();
-        let mut now = Instant::now();
-        step(&mut l, &mut now, &[200; 4], 8, 8);
-        step(&mut l, &mut now, &[1000; 4], 8, 8);
+        let (mut l, mut now) = cut_at(8, 8);
         assert_eq!(l.get(8), 6);
         // The cut shows, then a quarter of a slot a step near it.
         steps_at_cap(&mut l, &mut now, 9, 200, 8);
