@@ -396,9 +396,7 @@ impl Tuner {
             // Idle: whatever comes next starts with a burst again.
             self.settling = true;
             self.stepped_down = false;
-            if self.probe.is_none() {
-                self.close_idle_probe(in_flight);
-            }
+            self.close_idle_probe(in_flight);
             return false;
         }
         if self.fixed || (settling && !faster) {
@@ -572,6 +570,13 @@ impl Tuner {
     /// serve`, its repositories' setup left 57.6 MB/s at 8 requests as the base; the WAL that
     /// came next carried 40 MB/s at 8 with requests waiting, read as a link that fell: a
     /// descent to 7, then 8 again, and 12 s of pushes queued at 0.5-3 s instead of 0.21.
+    ///
+    /// Idle, a probe leaves the higher of its limit and its base's: the load it was judging
+    /// left before it was judged, and the next one is not to start below what that one had.
+    /// Behind `ferry serve`, a descent from 8 to 6 opened in the tail of the repositories'
+    /// setup stayed open through 17 s of a trickle; the WAL that came next waited at 6, then
+    /// judged it (a loss, back to 8), then probed: 8 s of pushes at 0.4-1.4 s instead of 0.21.
+    /// Taken back from 8 to 4 instead (a climb after a descent), the same, at 1.2-1.6 s.
     fn close_idle_probe(&mut self, in_flight: f64) {
         self.idle += 1;
         if self.idle < IDLE_WINDOWS {
@@ -580,10 +585,13 @@ impl Tuner {
         self.idle = 0;
         if let Some(probe) = self.probe.take() {
             self.shortcut = false;
-            if let (Probe::Up, Some((_, base_limit))) = (probe, self.base) {
-                if in_flight <= base_limit as f64 {
-                    self.set(base_limit);
-                }
+            let idle = in_flight < 0.5;
+            let back = match probe {
+                Probe::Up => !idle && in_flight <= self.base.map_or(0, |b| b.1) as f64,
+                Probe::Down => idle,
+            };
+            if let (true, Some((_, base_limit))) = (back, self.base) {
+                self.set(base_limit);
             }
         }
         self.base = None;
@@ -1637,6 +1645,54 @@ mod tests {
             seen.iter().any(|&l| l > 8),
             "never probed upwards: {seen:?}"
         );
+    }
+
+    #[test]
+    fn a_descent_the_load_left_before_it_was_judged_is_undone() {
+        // A descent from 8 opened in a load's tail; the load went (a trickle of a request
+        // now and then); then a load that needs 10, waiting at once. It must not start
+        // below 8, nor judge the descent by it: the first window that binds probes up.
+        let mut t = Tuner::new(8, 128, false);
+        let (mut now, mut wire) = (t.window_start, t.wire_at);
+        let mut window = |t: &mut Tuner, mb: u64, in_flight: usize, waiting: usize| {
+            now += WINDOW;
+            if waiting > 0 {
+                t.note_waiting();
+            }
+            wire += mb * 2_000_000;
+            let r = Reading {
+                waiting,
+                ..reading(wire, in_flight)
+            };
+            t.tick(r, now);
+            t.limit()
+        };
+        window(&mut t, 0, 8, 1);
+        for _ in 0..30 {
+            if t.probe == Some(Probe::Down) {
+                break;
+            }
+            window(&mut t, 40, 8, 1);
+        }
+        assert_eq!(t.probe, Some(Probe::Down), "no descent: {}", t.limit());
+        let descended = t.limit();
+        assert!(descended < 8);
+        for _ in 0..3 {
+            window(&mut t, 0, 0, 0);
+        }
+        assert_eq!(t.limit(), 8, "the descent outlived its load");
+        let seen: Vec<usize> = (0..3).map(|_| window(&mut t, 40, 8, 1)).collect();
+        assert!(
+            seen[1] > 8,
+            "no probe upwards at the first window that binds: {seen:?}"
+        );
+        // An upward probe the load left before it was judged is kept.
+        let up = t.limit();
+        assert_eq!(t.probe, Some(Probe::Up));
+        for _ in 0..3 {
+            window(&mut t, 0, 0, 0);
+        }
+        assert_eq!((t.limit(), t.probe), (up, None), "the probe was taken back");
     }
 
     /// A load of `load` requests at a time, 5 MB/s each, over `windows` windows from a limit
