@@ -14,8 +14,9 @@
 //! where the last cut was made; in between it holds. One write alone says as much about
 //! the host's CPU as about the link (measured behind `ferry serve` with restic's clients on
 //! the same two cores: judged one write at a time, the cap stayed low and backups fell from
-//! 20.4 to 12.4 MB/s). The cap is uncut once it reaches the tuner's limit, once urgent work
-//! is quiet for a second, or once no urgent write was judged for [`UNJUDGED`]. Bulk keeps a
+//! 20.4 to 12.4 MB/s). The cap never passes the tuner's limit and follows it up one request a
+//! step; it is lifted once urgent work is quiet for a second, or once no urgent write was
+//! judged for [`UNJUDGED`]. Bulk keeps a
 //! floor, so backups always move. Bulk work that starts after a pause while urgent work runs
 //! starts from that floor ([`BulkCap::start_low`]).
 //!
@@ -75,7 +76,8 @@ fn floor(limit: usize) -> usize {
 /// How many bulk requests may be in flight, moved by how urgent writes fare.
 #[derive(Debug)]
 pub(crate) struct BulkCap {
-    /// `None` while uncut: the tuner's limit alone bounds bulk work.
+    /// `None` while uncut (no urgent write judged lately): the tuner's limit alone bounds
+    /// bulk work.
     cap: Option<f64>,
     /// Per size class, the least seconds per byte in this window and the one before.
     best: [[f64; 2]; CLASSES],
@@ -92,6 +94,8 @@ pub(crate) struct BulkCap {
     judge_from: Option<Instant>,
     /// Bulk requests in flight at the last cut: near it the cap grows slowly.
     peak: Option<f64>,
+    /// The most bulk requests seen in flight in this step.
+    most: usize,
 }
 
 /// How a step's urgent writes fared against the least of their size.
@@ -125,6 +129,7 @@ impl BulkCap {
             judged: None,
             judge_from: Some(now),
             peak: None,
+            most: 0,
         }
     }
 
@@ -194,6 +199,7 @@ impl BulkCap {
     /// Closes the step at `now` once it is [`STEP`] long and holds enough writes, while the
     /// tuner's limit is `limit` and `bulk` bulk requests are in flight. True when the cap grew.
     pub(crate) fn judge(&mut self, now: Instant, limit: usize, bulk: usize) -> bool {
+        self.most = self.most.max(bulk);
         if self.judge_from.is_none() && bulk <= self.get(limit) {
             // The cut shows: the urgent writes from here on are its.
             self.judge_from = Some(now);
@@ -205,14 +211,22 @@ impl BulkCap {
         }
         self.decided = now;
         self.tally = Tally::default();
+        let most = std::mem::replace(&mut self.most, bulk) as f64;
         let before = self.get(limit);
         let at = before as f64;
+        // While urgent writes are judged, the cap is a number, no higher than the limit nor
+        // more than one above the most bulk requests of the step: what the tuner's limit or
+        // bulk's own demand held back is not bulk's to take at once when it goes (behind
+        // `ferry serve`: uncut at the limit, bulk took a probe from 20 to 40 in a step, 10
+        // requests to 34, and every WAL write was late for 4 s; capped at 14 while the limit
+        // held bulk to 7, it took a probe from 14 to 22 in a step, 7 to 14, and the same).
+        let held = self.cap.unwrap_or(at).min(limit as f64).min(most + 1.0);
         let cap = match t.late() {
             // Late while bulk work holds no more than its floor: the delay is not bulk's to
             // give back (the store, or the host's CPU, is slow), and a cut would only hold
             // back the bulk requests to come (measured behind `ferry serve`: cut from 31 to
             // 2 in 3 s while 1-2 backups were on the wire).
-            true if bulk <= floor(limit) => self.cap,
+            true if bulk <= floor(limit) => held,
             // A cut starts from what bulk has in flight: a cap above it holds nothing back.
             // Until bulk is down to it, no write is judged (a write late beside requests the
             // cut holds back once they end would cut for them twice: seen, 22 -> 4 in a
@@ -220,19 +234,20 @@ impl BulkCap {
             true => {
                 self.peak = Some(bulk as f64);
                 self.judge_from = None;
-                Some((bulk as f64 * CUT).max(floor(limit) as f64))
+                (bulk as f64 * CUT).max(floor(limit) as f64)
             }
-            false if t.easy() => {
-                let from = self.cap.map_or(at, |c| c.clamp(at, at + 1.0));
+            // Grown only when bulk held all the cap allowed.
+            false if t.easy() && most + 1.0 > held.max(floor(limit) as f64) => {
+                let from = held.max(floor(limit) as f64);
                 let near = self
                     .peak
                     .is_some_and(|p| from + 1.0 > p * NEAR && from < p / NEAR);
                 let grown = from + if near { NEAR_GROWTH } else { 1.0 };
-                (grown < limit as f64).then_some(grown)
+                grown.min(limit as f64)
             }
-            false => self.cap,
+            false => held,
         };
-        self.cap = cap;
+        self.cap = Some(cap);
         let grew = self.get(limit) > before;
         tracing::debug!(
             n = t.n,
@@ -393,13 +408,21 @@ mod tests {
     fn only_bulk_work_beyond_its_floor_is_cut_and_from_what_it_has_in_flight() {
         let mut l = BulkCap::new();
         let mut now = Instant::now();
-        step(&mut l, &mut now, &[200; 4], 48, 48);
-        // Late while bulk holds its floor (48 / 16 = 3 requests) or less: nothing to cut.
-        for bulk in [3, 0, 2, 3] {
-            step(&mut l, &mut now, &[1000; 4], 48, bulk);
+        step(&mut l, &mut now, &[200; 4], 48, 3);
+        // Late while bulk holds its floor (48 / 16 = 3 requests): nothing to cut; the cap
+        // stays one above what bulk holds.
+        for _ in 0..4 {
+            step(&mut l, &mut now, &[1000; 4], 48, 3);
         }
+        assert_eq!(l.get(48), 4);
+        // With one more, the cut.
+        step(&mut l, &mut now, &[1000; 4], 48, 4);
+        assert_eq!(l.get(48), 3);
+        // Late with 8 bulk requests on the wire after 48: cut from those 8, not from 48.
+        let mut l = BulkCap::new();
+        step(&mut l, &mut now, &[200; 4], 48, 48);
+        step(&mut l, &mut now, &[200; 4], 48, 48);
         assert_eq!(l.get(48), 48);
-        // Late with 8 bulk requests on the wire: cut from those 8, not from the cap of 48.
         step(&mut l, &mut now, &[1000; 4], 48, 8);
         assert_eq!(l.get(48), 6);
         // And never below the floor (once the cut shows: the step with 4 in flight).
@@ -436,13 +459,48 @@ mod tests {
     }
 
     #[test]
-    fn a_cap_grown_back_to_the_limit_follows_the_limit() {
+    fn a_cap_grown_back_to_the_limit_follows_the_limit_a_request_a_step() {
         let (mut l, mut now) = cut_at(8, 8);
         assert_eq!(l.get(8), 6);
-        // The cut shows, then a quarter of a slot a step near it.
-        steps_at_cap(&mut l, &mut now, 9, 200, 8);
-        // Back at the limit it is uncut: the tuner's next step up is bulk's too.
+        // The cut shows, then a quarter of a slot a step near it, up to the limit.
+        assert_eq!(steps_at_cap(&mut l, &mut now, 9, 200, 8), 8);
+        // The tuner steps up to 32: bulk takes it as it grows anywhere, not at once (a
+        // quarter of a request a step up to 9.4, as near the cut at 8; then one a step).
+        assert_eq!(l.get(32), 8);
+        assert_eq!(steps_at_cap(&mut l, &mut now, 4, 200, 32), 9);
+        assert_eq!(steps_at_cap(&mut l, &mut now, 6, 200, 32), 13);
+        // Stepped down to 10, then back up: from 10, not from where it was.
+        assert_eq!(steps_at_cap(&mut l, &mut now, 1, 200, 10), 10);
+        assert_eq!(steps_at_cap(&mut l, &mut now, 1, 200, 32), 11);
+        // Urgent work quiet: the whole limit.
+        assert!(l.uncut());
         assert_eq!(l.get(32), 32);
+    }
+
+    #[test]
+    fn the_cap_stays_near_what_bulk_holds() {
+        // Bulk held to 7 by the tuner's limit of 14 (urgent work has the rest) beside urgent
+        // writes on time: its cap stays at 8, and the tuner's probe to 22 is not bulk's at once.
+        let mut l = BulkCap::new();
+        let mut now = Instant::now();
+        for _ in 0..20 {
+            step(&mut l, &mut now, &[200; 4], 14, 7);
+        }
+        assert_eq!(l.get(22), 8);
+        // Bulk takes it: then one more a step.
+        step(&mut l, &mut now, &[200; 4], 22, 8);
+        assert_eq!(l.get(22), 9);
+    }
+
+    #[test]
+    fn a_limit_that_jumps_while_urgent_writes_are_judged_is_bulks_a_request_a_step() {
+        // Never cut: bulk held the whole limit of 20 beside urgent writes on time. The
+        // tuner's probe to 40 is not bulk's at once.
+        let mut l = BulkCap::new();
+        let mut now = Instant::now();
+        assert_eq!(steps_at_cap(&mut l, &mut now, 3, 200, 20), 20);
+        assert_eq!(l.get(40), 20);
+        assert_eq!(steps_at_cap(&mut l, &mut now, 2, 200, 40), 22);
     }
 
     #[test]
