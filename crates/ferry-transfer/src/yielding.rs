@@ -92,8 +92,11 @@ pub(crate) struct BulkCap {
     /// the last cut has taken off the wire since. `None` while it has not (bulk still holds
     /// more requests than the cut allows).
     judge_from: Option<Instant>,
-    /// Bulk requests in flight at the last cut: near it the cap grows slowly.
+    /// Bulk requests in flight where the last overload began (the first of its cuts): near
+    /// it the cap grows slowly.
     peak: Option<f64>,
+    /// Whether the last move was a cut: a cut that follows one is the same overload.
+    cutting: bool,
     /// The most bulk requests seen in flight in this step.
     most: usize,
 }
@@ -129,6 +132,7 @@ impl BulkCap {
             judged: None,
             judge_from: Some(now),
             peak: None,
+            cutting: false,
             most: 0,
         }
     }
@@ -231,8 +235,15 @@ impl BulkCap {
             // Until bulk is down to it, no write is judged (a write late beside requests the
             // cut holds back once they end would cut for them twice: seen, 22 -> 4 in a
             // second, where 16 kept the writes on time).
+            // The cuts that follow it before any growth are the same overload draining (bulk
+            // came down to each cut while the backlog of the one before still delayed the
+            // writes): the peak stays where it began. Set at the last of them instead, 22 ->
+            // 16 -> 12 -> 9 left 9 as the peak, and the cap went back up to 21 a request a
+            // step, where the writes were late all at once again (behind `ferry serve`).
             true => {
-                self.peak = Some(bulk as f64);
+                let began = self.peak.filter(|_| self.cutting).unwrap_or(0.0);
+                self.peak = Some(began.max(bulk as f64));
+                self.cutting = true;
                 self.judge_from = None;
                 (bulk as f64 * CUT).max(floor(limit) as f64)
             }
@@ -243,6 +254,7 @@ impl BulkCap {
                     .peak
                     .is_some_and(|p| from + 1.0 > p * NEAR && from < p / NEAR);
                 let grown = from + if near { NEAR_GROWTH } else { 1.0 };
+                self.cutting = false;
                 grown.min(limit as f64)
             }
             false => held,
@@ -312,13 +324,13 @@ mod tests {
         // Between a quarter and half again the least: the cap holds where it is.
         steps(&mut l, 10, 280);
         assert_eq!(l.get(56), 3);
-        // Within a quarter more than the least: back up, a quarter of a slot a step near the
-        // last cut (from 4 in flight), then one slot a step.
+        // Within a quarter more than the least: back up a slot a step (the overload began at
+        // 56, far above).
         steps(&mut l, 10, 240);
-        assert_eq!(l.get(56), 7);
+        assert_eq!(l.get(56), 13);
         // Half again the least and a little more is late.
         steps(&mut l, 1, 310);
-        assert_eq!(l.get(56), 5);
+        assert_eq!(l.get(56), 9);
         steps(&mut l, 100, 250);
         assert_eq!(l.get(56), 56);
     }
@@ -390,6 +402,25 @@ mod tests {
         // Past 20 / 0.85 = 23.5 without a late write: a slot a step again.
         assert_eq!(on_time(&mut l, 22), 23);
         assert_eq!(on_time(&mut l, 3), 25);
+    }
+
+    #[test]
+    fn cuts_one_after_another_keep_the_peak_where_the_overload_began() {
+        let (mut l, mut now) = cut_at(56, 22);
+        // Still late as bulk comes down to each cut: 16, then 12.
+        for bulk in [16, 16, 12, 12] {
+            step(&mut l, &mut now, &[1000; 4], 56, bulk);
+        }
+        assert_eq!(l.get(56), 9);
+        // On time: a request a step up to 0.85 of the 22 where the writes turned late
+        // (18.7), then a quarter.
+        // (The first step is the one where the last cut shows.)
+        assert_eq!(steps_at_cap(&mut l, &mut now, 10, 200, 56), 18);
+        assert_eq!(steps_at_cap(&mut l, &mut now, 4, 200, 56), 19);
+        assert_eq!(steps_at_cap(&mut l, &mut now, 3, 200, 56), 19);
+        // A new overload after growth starts a new peak: 20 late, then the cap near 20.
+        step(&mut l, &mut now, &[1000; 4], 56, 20);
+        assert_eq!(l.peak, Some(20.0));
     }
 
     #[test]
