@@ -92,6 +92,9 @@ const FORGET: f64 = 0.97;
 const STEEP: f64 = 0.7;
 /// A settled rate this much above the last one means the link got faster: probe up at once.
 const RISE: f64 = 1.3;
+/// A settled window whose requests in flight held less than this share of the limit (on
+/// average) carried what its load asked, not what the link carries: no descent from it.
+const USED: f64 = 0.75;
 /// Settled windows before the next downward probe. A step below the knee costs its rate for
 /// two windows (measured on wan: 12 requests where 16 fill it, 18 % less), so it is rare;
 /// the block-time rule and a falling rate step down sooner.
@@ -810,7 +813,16 @@ impl Tuner {
                 // Settled: follow the link's present rate, probe now and then, and at once
                 // upwards when the same requests suddenly carry more (the link came back).
                 let rose = rate >= base_rate * RISE;
-                let fell = rate * RISE <= base_rate && self.limit > self.min;
+                // Under a light load (though a request waited now and then) a fall is the
+                // load's, not the link's, and fewer requests carrying as much says nothing:
+                // no descent (behind `ferry serve`, a trickle after the setup's burst, 2
+                // requests in flight of 8 at 7.8 MB/s, read as a link that fell: down to 4,
+                // where the WAL came next). Climbs go on: the requests in flight count only
+                // the limit's own, and urgent ones beyond it (borrowed) kept it from looking
+                // used while bulk work waited for room (measured: bulk at one request for the
+                // whole flood when this held climbs back too).
+                let light = in_flight < self.limit as f64 * USED;
+                let fell = !light && rate * RISE <= base_rate && self.limit > self.min;
                 self.base = Some((rate, self.limit));
                 self.settled += 1;
                 // An upward probe is cheap (requests wait in a queue for a window), so it
@@ -823,6 +835,7 @@ impl Tuner {
                 if rose || fell || self.settled >= wait {
                     self.settled = 0;
                     let down = !self.borrowed
+                        && !light
                         && (fell || (!rose && self.next_down && self.limit > self.min));
                     self.next_down = !self.next_down;
                     let (probe, to) = match (down, rose) {
@@ -1693,6 +1706,61 @@ mod tests {
             window(&mut t, 0, 0, 0);
         }
         assert_eq!((t.limit(), t.probe), (up, None), "the probe was taken back");
+    }
+
+    #[test]
+    fn a_light_load_after_a_burst_is_no_link_that_fell() {
+        // Settled at 8 on a burst of 55 MB/s; then a trickle, 2 requests in flight at 7.8
+        // MB/s with one waiting now and then: no descent.
+        let mut t = Tuner::new(8, 128, false);
+        let (mut now, mut wire) = (t.window_start, t.wire_at);
+        let mut window = |t: &mut Tuner, mb: f64, in_flight: usize| {
+            now += WINDOW;
+            t.note_waiting();
+            wire += (mb * 2e6) as u64;
+            let r = Reading {
+                waiting: 1,
+                ..reading(wire, in_flight)
+            };
+            t.tick(r, now);
+            t.limit()
+        };
+        window(&mut t, 0.0, 8);
+        // The burst fills the link: a probe to 13 carries no more, and is taken back.
+        for _ in 0..4 {
+            let limit = t.limit();
+            window(&mut t, 55.0, limit);
+        }
+        assert_eq!((t.limit(), t.probe), (8, None));
+        let settled = t.limit();
+        let seen: Vec<usize> = (0..12).map(|_| window(&mut t, 7.8, 2)).collect();
+        assert!(seen.iter().all(|&l| l >= settled), "{settled} -> {seen:?}");
+        // Then a load that needs more, waiting at once: not held below 8.
+        let limit = t.limit();
+        let next: Vec<usize> = (0..3).map(|_| window(&mut t, 40.0, limit)).collect();
+        assert!(next.iter().all(|&l| l >= 8), "{next:?}");
+    }
+
+    #[test]
+    fn requests_waiting_beside_borrowed_ones_still_get_probes_up() {
+        // Urgent requests beyond the limit (borrowed) and few of the limit's own in flight,
+        // bulk work waiting: not a light load. The limit must not sit where it is.
+        let mut t = Tuner::new(11, 128, false);
+        let (mut now, mut wire) = (t.window_start, t.wire_at);
+        let mut seen = Vec::new();
+        for _ in 0..8 {
+            now += WINDOW;
+            t.note_waiting();
+            wire += 104_000_000;
+            let r = Reading {
+                waiting: 3,
+                borrowed: 6,
+                ..reading(wire, 5)
+            };
+            t.tick(r, now);
+            seen.push(t.limit());
+        }
+        assert!(seen.iter().any(|&l| l > 11), "never probed up: {seen:?}");
     }
 
     /// A load of `load` requests at a time, 5 MB/s each, over `windows` windows from a limit
