@@ -1537,6 +1537,22 @@ mod tests {
         );
     }
 
+    /// A window of `mb` MB/s with `in_flight` requests, `waiting` more waiting; the limit
+    /// after it.
+    fn busy_window(t: &mut Tuner, mb: f64, in_flight: usize, waiting: usize) -> usize {
+        let now = t.window_start + WINDOW;
+        if waiting > 0 {
+            t.note_waiting();
+        }
+        let wire = t.wire_at + (mb * 1e6 * WINDOW.as_secs_f64()) as u64;
+        let r = Reading {
+            waiting,
+            ..reading(wire, in_flight)
+        };
+        t.tick(r, now);
+        t.limit()
+    }
+
     /// A tuner settled on a 100 MB/s link, just after the first step of a descent opened by
     /// the link falling to 25 MB/s; returns it and the rate it descends from.
     fn descending() -> (Tuner, f64) {
@@ -1630,19 +1646,8 @@ mod tests {
         // load that 8 carry at 40 MB/s, with requests waiting. Judged against the burst it
         // looked like a link that fell, and went down.
         let mut t = Tuner::new(8, 128, false);
-        let (mut now, mut wire) = (t.window_start, t.wire_at);
-        let mut window = |t: &mut Tuner, mb: u64, in_flight: usize, waiting: usize| {
-            now += WINDOW;
-            if waiting > 0 {
-                t.note_waiting();
-            }
-            wire += mb * 2_000_000;
-            let r = Reading {
-                waiting,
-                ..reading(wire, in_flight)
-            };
-            t.tick(r, now);
-            t.limit()
+        let window = |t: &mut Tuner, mb: u64, in_flight: usize, waiting: usize| {
+            busy_window(t, mb as f64, in_flight, waiting)
         };
         window(&mut t, 0, 8, 1);
         window(&mut t, 58, 8, 1);
@@ -1666,19 +1671,8 @@ mod tests {
         // now and then); then a load that needs 10, waiting at once. It must not start
         // below 8, nor judge the descent by it: the first window that binds probes up.
         let mut t = Tuner::new(8, 128, false);
-        let (mut now, mut wire) = (t.window_start, t.wire_at);
-        let mut window = |t: &mut Tuner, mb: u64, in_flight: usize, waiting: usize| {
-            now += WINDOW;
-            if waiting > 0 {
-                t.note_waiting();
-            }
-            wire += mb * 2_000_000;
-            let r = Reading {
-                waiting,
-                ..reading(wire, in_flight)
-            };
-            t.tick(r, now);
-            t.limit()
+        let window = |t: &mut Tuner, mb: u64, in_flight: usize, waiting: usize| {
+            busy_window(t, mb as f64, in_flight, waiting)
         };
         window(&mut t, 0, 8, 1);
         for _ in 0..30 {
@@ -1713,18 +1707,7 @@ mod tests {
         // Settled at 8 on a burst of 55 MB/s; then a trickle, 2 requests in flight at 7.8
         // MB/s with one waiting now and then: no descent.
         let mut t = Tuner::new(8, 128, false);
-        let (mut now, mut wire) = (t.window_start, t.wire_at);
-        let mut window = |t: &mut Tuner, mb: f64, in_flight: usize| {
-            now += WINDOW;
-            t.note_waiting();
-            wire += (mb * 2e6) as u64;
-            let r = Reading {
-                waiting: 1,
-                ..reading(wire, in_flight)
-            };
-            t.tick(r, now);
-            t.limit()
-        };
+        let window = |t: &mut Tuner, mb: f64, in_flight: usize| busy_window(t, mb, in_flight, 1);
         window(&mut t, 0.0, 8);
         // The burst fills the link: a probe to 13 carries no more, and is taken back.
         for _ in 0..4 {
