@@ -105,6 +105,8 @@ const BLOCK_TIME: f64 = 4.0;
 const DRAIN_WINDOWS: u32 = 5;
 /// Windows without a waiting request after which an open probe is closed.
 const IDLE_WINDOWS: u32 = 2;
+/// A window with fewer requests in flight than this, on average, is idle.
+const IDLE: f64 = 0.5;
 /// Errors are counted against the requests tried over this span.
 const ERROR_SPAN: Duration = Duration::from_secs(5);
 /// Errors beyond this share of the requests tried cut the limit (a lossy link's resets
@@ -395,7 +397,7 @@ impl Tuner {
         self.draining = 0;
         let starved = std::mem::take(&mut self.starved);
         let settling = std::mem::take(&mut self.settling);
-        if in_flight < 0.5 {
+        if in_flight < IDLE {
             // Idle: whatever comes next starts with a burst again.
             self.settling = true;
             self.stepped_down = false;
@@ -588,13 +590,15 @@ impl Tuner {
         self.idle = 0;
         if let Some(probe) = self.probe.take() {
             self.shortcut = false;
-            let idle = in_flight < 0.5;
-            let back = match probe {
-                Probe::Up => !idle && in_flight <= self.base.map_or(0, |b| b.1) as f64,
-                Probe::Down => idle,
-            };
-            if let (true, Some((_, base_limit))) = (back, self.base) {
-                self.set(base_limit);
+            if let Some((_, base_limit)) = self.base {
+                let idle = in_flight < IDLE;
+                let back = match probe {
+                    Probe::Up => !idle && in_flight <= base_limit as f64,
+                    Probe::Down => idle,
+                };
+                if back {
+                    self.set(base_limit);
+                }
             }
         }
         self.base = None;
@@ -1646,18 +1650,19 @@ mod tests {
         // load that 8 carry at 40 MB/s, with requests waiting. Judged against the burst it
         // looked like a link that fell, and went down.
         let mut t = Tuner::new(8, 128, false);
-        let window = |t: &mut Tuner, mb: u64, in_flight: usize, waiting: usize| {
-            busy_window(t, mb as f64, in_flight, waiting)
-        };
-        window(&mut t, 0, 8, 1);
-        window(&mut t, 58, 8, 1);
-        assert_eq!(window(&mut t, 58, 8, 1), 13, "the burst's probe");
-        window(&mut t, 27, 13, 1);
-        assert_eq!(window(&mut t, 27, 13, 1), 8, "a probe that did not pay");
+        busy_window(&mut t, 0.0, 8, 1);
+        busy_window(&mut t, 58.0, 8, 1);
+        assert_eq!(busy_window(&mut t, 58.0, 8, 1), 13, "the burst's probe");
+        busy_window(&mut t, 27.0, 13, 1);
+        assert_eq!(
+            busy_window(&mut t, 27.0, 13, 1),
+            8,
+            "a probe that did not pay"
+        );
         for _ in 0..3 {
-            window(&mut t, 5, 1, 0);
+            busy_window(&mut t, 5.0, 1, 0);
         }
-        let seen: Vec<usize> = (0..6).map(|_| window(&mut t, 40, 8, 1)).collect();
+        let seen: Vec<usize> = (0..6).map(|_| busy_window(&mut t, 40.0, 8, 1)).collect();
         assert!(seen.iter().all(|&l| l >= 8), "went down: {seen:?}");
         assert!(
             seen.iter().any(|&l| l > 8),
@@ -1671,24 +1676,21 @@ mod tests {
         // now and then); then a load that needs 10, waiting at once. It must not start
         // below 8, nor judge the descent by it: the first window that binds probes up.
         let mut t = Tuner::new(8, 128, false);
-        let window = |t: &mut Tuner, mb: u64, in_flight: usize, waiting: usize| {
-            busy_window(t, mb as f64, in_flight, waiting)
-        };
-        window(&mut t, 0, 8, 1);
+        busy_window(&mut t, 0.0, 8, 1);
         for _ in 0..30 {
             if t.probe == Some(Probe::Down) {
                 break;
             }
-            window(&mut t, 40, 8, 1);
+            busy_window(&mut t, 40.0, 8, 1);
         }
         assert_eq!(t.probe, Some(Probe::Down), "no descent: {}", t.limit());
         let descended = t.limit();
         assert!(descended < 8);
         for _ in 0..3 {
-            window(&mut t, 0, 0, 0);
+            busy_window(&mut t, 0.0, 0, 0);
         }
         assert_eq!(t.limit(), 8, "the descent outlived its load");
-        let seen: Vec<usize> = (0..3).map(|_| window(&mut t, 40, 8, 1)).collect();
+        let seen: Vec<usize> = (0..3).map(|_| busy_window(&mut t, 40.0, 8, 1)).collect();
         assert!(
             seen[1] > 8,
             "no probe upwards at the first window that binds: {seen:?}"
@@ -1697,7 +1699,7 @@ mod tests {
         let up = t.limit();
         assert_eq!(t.probe, Some(Probe::Up));
         for _ in 0..3 {
-            window(&mut t, 0, 0, 0);
+            busy_window(&mut t, 0.0, 0, 0);
         }
         assert_eq!((t.limit(), t.probe), (up, None), "the probe was taken back");
     }
@@ -1707,20 +1709,21 @@ mod tests {
         // Settled at 8 on a burst of 55 MB/s; then a trickle, 2 requests in flight at 7.8
         // MB/s with one waiting now and then: no descent.
         let mut t = Tuner::new(8, 128, false);
-        let window = |t: &mut Tuner, mb: f64, in_flight: usize| busy_window(t, mb, in_flight, 1);
-        window(&mut t, 0.0, 8);
+        busy_window(&mut t, 0.0, 8, 1);
         // The burst fills the link: a probe to 13 carries no more, and is taken back.
         for _ in 0..4 {
             let limit = t.limit();
-            window(&mut t, 55.0, limit);
+            busy_window(&mut t, 55.0, limit, 1);
         }
         assert_eq!((t.limit(), t.probe), (8, None));
         let settled = t.limit();
-        let seen: Vec<usize> = (0..12).map(|_| window(&mut t, 7.8, 2)).collect();
+        let seen: Vec<usize> = (0..12).map(|_| busy_window(&mut t, 7.8, 2, 1)).collect();
         assert!(seen.iter().all(|&l| l >= settled), "{settled} -> {seen:?}");
         // Then a load that needs more, waiting at once: not held below 8.
         let limit = t.limit();
-        let next: Vec<usize> = (0..3).map(|_| window(&mut t, 40.0, limit)).collect();
+        let next: Vec<usize> = (0..3)
+            .map(|_| busy_window(&mut t, 40.0, limit, 1))
+            .collect();
         assert!(next.iter().all(|&l| l >= 8), "{next:?}");
     }
 

@@ -11,13 +11,12 @@
 //! After a cut, only writes that began once bulk was down to it are judged (the cut shows
 //! once the requests above it end: each is a pack of seconds on a WAN). With half of them or
 //! more within a quarter of the least (and no cut), bulk grows by one, or by a quarter near
-//! where the last cut was made; in between it holds. One write alone says as much about
+//! where the last overload began; in between it holds. One write alone says as much about
 //! the host's CPU as about the link (measured behind `ferry serve` with restic's clients on
 //! the same two cores: judged one write at a time, the cap stayed low and backups fell from
 //! 20.4 to 12.4 MB/s). The cap never passes the tuner's limit and follows it up one request a
 //! step; it is lifted once urgent work is quiet for a second, or once no urgent write was
-//! judged for [`UNJUDGED`]. Bulk keeps a
-//! floor, so backups always move. Bulk work that starts after a pause while urgent work runs
+//! judged for [`UNJUDGED`]. Bulk keeps a floor, so backups always move. Bulk work that starts after a pause while urgent work runs
 //! starts from that floor ([`BulkCap::start_low`]).
 //!
 //! Only writes to a remote store count: a local disk has no link to share, and reads run at
@@ -225,6 +224,7 @@ impl BulkCap {
         // requests to 34, and every WAL write was late for 4 s; capped at 14 while the limit
         // held bulk to 7, it took a probe from 14 to 22 in a step, 7 to 14, and the same).
         let held = self.cap.unwrap_or(at).min(limit as f64).min(most + 1.0);
+        let from = held.max(floor(limit) as f64);
         let cap = match t.late() {
             // Late while bulk work holds no more than its floor: the delay is not bulk's to
             // give back (the store, or the host's CPU, is slow), and a cut would only hold
@@ -248,8 +248,7 @@ impl BulkCap {
                 (bulk as f64 * CUT).max(floor(limit) as f64)
             }
             // Grown only when bulk held all the cap allowed.
-            false if t.easy() && most + 1.0 > held.max(floor(limit) as f64) => {
-                let from = held.max(floor(limit) as f64);
+            false if t.easy() && most + 1.0 > from => {
                 let near = self
                     .peak
                     .is_some_and(|p| from + 1.0 > p * NEAR && from < p / NEAR);
