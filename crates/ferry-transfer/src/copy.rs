@@ -9,7 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::digest::{self, BlockSum, Need};
 use crate::started::Started;
-use crate::{sum_of, BlockPlan, Class, Engine, Progress, SharedStore, ABORT_TIMEOUT};
+use crate::{sum_of, BlockPlan, Class, Engine, Progress, SharedStore, Way, ABORT_TIMEOUT};
 
 /// Leftovers of a completed upload deleted at once: one request each, about 200 for 1 GiB
 /// on GCS, and on an 80 ms link one after another they took longer than the upload's blocks.
@@ -251,7 +251,7 @@ impl Engine {
                 };
                 let (data, _held) = block(i, off, len).await?;
                 let sum = sum_of(&data, need).await;
-                let _slot = self.slot_for(dst, class).await;
+                let _slot = self.slot_for(dst, class, Way::Up).await;
                 drop(waiting);
                 let what = format!("write {dst_key} block {i}");
                 let id = self

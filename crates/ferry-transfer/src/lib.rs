@@ -31,7 +31,7 @@ pub use ferry_store::{buffer, Error, ObjectInfo, Result};
 pub use plan::BlockPlan;
 pub use remote::{Described, Remote};
 pub use retry::RetryPolicy;
-pub use scheduler::{Class, Scheduler};
+pub use scheduler::{Class, Scheduler, Way};
 pub use staged::Staged;
 pub use started::Started;
 
@@ -179,7 +179,7 @@ impl Engine {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let _slot = self.sched.slot(class).await;
+        let _slot = self.sched.slot(class, Way::Down).await;
         self.retry(what, bytes, op).await
     }
 
@@ -207,7 +207,7 @@ impl Engine {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let _slot = self.slot_for(store, class).await;
+        let _slot = self.slot_for(store, class, Way::Down).await;
         self.retry(what, bytes, op).await
     }
 
@@ -223,7 +223,7 @@ impl Engine {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let slot = self.slot_for(store, class).await;
+        let slot = self.slot_for(store, class, Way::Up).await;
         let (started, retries) = (
             slot.as_ref()
                 .map_or_else(std::time::Instant::now, scheduler::Slot::clock),
@@ -237,15 +237,15 @@ impl Engine {
         r
     }
 
-    /// A slot in `class` for a request to `store`, none for local disk: a slot counts
-    /// requests on the wire, so that the tuner sees the link, and reading or writing local
-    /// disk, hashing or waiting for memory never holds one.
+    /// A slot in `class` for a request to `store` whose payload goes `way`, none for local
+    /// disk: a slot counts requests on the wire, so that the tuner sees the link, and reading
+    /// or writing local disk, hashing or waiting for memory never holds one.
     pub(crate) async fn slot_for(
-        &self, store: &SharedStore, class: Class,
+        &self, store: &SharedStore, class: Class, way: Way,
     ) -> Option<scheduler::Slot> {
         match store.is_local() {
             true => None,
-            false => Some(self.sched.slot(class).await),
+            false => Some(self.sched.slot(class, way).await),
         }
     }
 
@@ -266,7 +266,7 @@ impl Engine {
     pub(crate) async fn request_once<T>(
         &self, class: Class, op: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        let _slot = self.sched.slot(class).await;
+        let _slot = self.sched.slot(class, Way::Down).await;
         op.await
     }
 

@@ -10,7 +10,10 @@
 //! that a WAL segment never waits for a backup's block to finish (seconds on a busy WAN), nor
 //! for a limit the tuner stepped down while the bulk work was slow to come. Bulk requests in
 //! flight are also held below the limit while urgent writes run late (`yielding.rs`, after
-//! LEDBAT), and get the whole limit back once urgent work is quiet.
+//! LEDBAT), and get the whole limit back once urgent work is quiet. Only bulk *writes*: an
+//! urgent write shares the link's way up with them, while bulk reads come down the other way
+//! (measured behind `ferry serve`, restores' reads held bulk's cut slots beside the backups'
+//! writes, and the uplink carried 70-80 MB/s of its 100 while the WAL was on time).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -34,6 +37,15 @@ pub const BULK_SHARE: u32 = 4;
 /// slots.
 pub const URGENT_RESERVE: usize = 16;
 
+/// Which way a request's payload crosses the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Way {
+    /// To the store: a write, sharing the way up with urgent writes.
+    Up,
+    /// From the store: a read (and requests that carry no payload).
+    Down,
+}
+
 /// Priority class of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Class {
@@ -51,15 +63,19 @@ struct Slots {
     /// Of `in_flight`, requests that started beyond the limit (borrowed by urgent work, or
     /// bulk's one): not the tuner's, which must not wait for them to drain.
     beyond: usize,
+    /// Of `in_flight`, bulk writes: what the bulk cap holds.
+    bulk_up: usize,
     urgent: VecDeque<oneshot::Sender<Slot>>,
-    bulk: VecDeque<oneshot::Sender<Slot>>,
+    /// In the order they asked; a waiter passes the ones ahead of it only when their way has
+    /// no room and its own has (reads never wait behind writes the cap holds back).
+    bulk: VecDeque<(Way, oneshot::Sender<Slot>)>,
     urgent_streak: u32,
     tuner: Tuner,
-    /// Bulk requests in flight, at most; cut while urgent writes run late.
+    /// Bulk writes in flight, at most; cut while urgent writes run late.
     bulk_cap: BulkCap,
     /// When urgent work was last seen (started, waiting or written).
     urgent_seen: Instant,
-    /// When a bulk request last ended; never, at first.
+    /// When a bulk write last ended; never, at first.
     bulk_ended: Option<Instant>,
     /// Times a bulk request was let in while urgent ones waited with room (bulk's share):
     /// each delayed the urgent requests waiting then.
@@ -67,25 +83,37 @@ struct Slots {
 }
 
 impl Slots {
-    /// Whether a request of `class` may start now, waiters aside. Urgent requests run within
-    /// the tuner's limit, and beyond it up to their reserve while bulk requests hold slots
-    /// (they borrow bulk's; alone, the WAL is held to the knee the tuner finds for it). Bulk
-    /// ones run within the limit and their cap ([`crate::yielding`]), and one at any time, so
-    /// that a stream of urgent work never starves them. Never past the most the tuner may
-    /// reach (a fixed limit is fixed).
-    fn room(&self, class: Class) -> bool {
+    /// Whether a request of `class` going `way` may start now, waiters aside. Urgent
+    /// requests run within the tuner's limit, and beyond it up to their reserve while bulk
+    /// requests hold slots (they borrow bulk's; alone, the WAL is held to the knee the tuner
+    /// finds for it). Bulk ones run within the limit, bulk writes within their cap
+    /// ([`crate::yielding`]) too, and one each way at any time, so that a stream of urgent
+    /// work never starves them. Never past the most the tuner may reach (a fixed limit is
+    /// fixed).
+    fn room(&self, class: Class, way: Way) -> bool {
         let (limit, max) = (self.tuner.limit(), self.tuner.max());
         let bulk = self.bulk_in_flight();
-        match class {
-            Class::Urgent => {
+        match (class, way) {
+            (Class::Urgent, _) => {
                 self.in_flight < limit
                     || (bulk > 0 && self.urgent_in_flight < URGENT_RESERVE && self.in_flight < max)
             }
-            Class::Bulk => {
-                (self.in_flight < limit && bulk < self.bulk_cap.get(limit))
-                    || (bulk == 0 && self.in_flight < max)
+            (Class::Bulk, Way::Up) => {
+                (self.in_flight < limit && self.bulk_up < self.bulk_cap.get(limit))
+                    || (self.bulk_up == 0 && self.in_flight < max)
+            }
+            (Class::Bulk, Way::Down) => {
+                self.in_flight < limit || (bulk == self.bulk_up && self.in_flight < max)
             }
         }
+    }
+
+    /// Where in the bulk queue the first waiter whose way has room is.
+    fn bulk_ready(&self) -> Option<usize> {
+        let room = [Way::Up, Way::Down].map(|w| self.room(Class::Bulk, w));
+        self.bulk
+            .iter()
+            .position(|(w, _)| room[usize::from(*w == Way::Down)])
     }
 
     /// Whether requests that wait now wait for the tuner's limit, so that it binds; bulk
@@ -96,19 +124,21 @@ impl Slots {
         self.in_flight >= self.tuner.limit()
     }
 
-    /// The next waiter to serve, by class and share, with its class; none while no class
-    /// that waits has room.
-    fn next_waiter(&mut self) -> Option<(oneshot::Sender<Slot>, Class)> {
-        let urgent = !self.urgent.is_empty() && self.room(Class::Urgent);
-        let bulk = !self.bulk.is_empty() && self.room(Class::Bulk);
-        let take_urgent = urgent && (!bulk || self.urgent_streak + 1 < BULK_SHARE);
+    /// The next waiter to serve, by class and share, with its class and way; none while no
+    /// class that waits has room.
+    fn next_waiter(&mut self) -> Option<(oneshot::Sender<Slot>, Class, Way)> {
+        let urgent = !self.urgent.is_empty() && self.room(Class::Urgent, Way::Up);
+        let bulk = self.bulk_ready();
+        let take_urgent = urgent && (bulk.is_none() || self.urgent_streak + 1 < BULK_SHARE);
         if take_urgent {
             self.urgent_streak += 1;
-            Some((self.urgent.pop_front()?, Class::Urgent))
-        } else if bulk {
+            // An urgent waiter's way does not matter to its room.
+            Some((self.urgent.pop_front()?, Class::Urgent, Way::Up))
+        } else if let Some(i) = bulk {
             self.urgent_streak = 0;
             self.urgent_passed += u64::from(urgent);
-            Some((self.bulk.pop_front()?, Class::Bulk))
+            let (way, tx) = self.bulk.remove(i)?;
+            Some((tx, Class::Bulk, way))
         } else {
             None
         }
@@ -118,11 +148,13 @@ impl Slots {
         self.in_flight - self.urgent_in_flight
     }
 
-    /// Counts a request of `class` in flight; true when it starts beyond the limit.
-    fn start(&mut self, class: Class) -> bool {
+    /// Counts a request of `class` going `way` in flight; true when it starts beyond the
+    /// limit.
+    fn start(&mut self, class: Class, way: Way) -> bool {
         let beyond = self.in_flight >= self.tuner.limit();
-        if class == Class::Bulk {
+        if (class, way) == (Class::Bulk, Way::Up) {
             self.bulk_starts(Instant::now());
+            self.bulk_up += 1;
         }
         self.in_flight += 1;
         self.beyond += usize::from(beyond);
@@ -133,10 +165,10 @@ impl Slots {
         beyond
     }
 
-    /// A bulk request starts at `now`: from its cap's floor when it is the first after a
+    /// A bulk write starts at `now`: from its cap's floor when it is the first after a
     /// pause of [`QUIET`] while urgent work is under way ([`BulkCap::start_low`]).
     fn bulk_starts(&mut self, now: Instant) {
-        let paused = self.bulk_in_flight() == 0
+        let paused = self.bulk_up == 0
             && self
                 .bulk_ended
                 .is_none_or(|t| now.duration_since(t) >= QUIET);
@@ -145,10 +177,11 @@ impl Slots {
         }
     }
 
-    /// Counts a request of `class` ended (`beyond`: as [`Slots::start`] said).
-    fn end(&mut self, class: Class, beyond: bool) {
-        if class == Class::Bulk {
+    /// Counts a request of `class` going `way` ended (`beyond`: as [`Slots::start`] said).
+    fn end(&mut self, class: Class, way: Way, beyond: bool) {
+        if (class, way) == (Class::Bulk, Way::Up) {
             self.bulk_ended = Some(Instant::now());
+            self.bulk_up -= 1;
         }
         self.in_flight -= 1;
         self.beyond -= usize::from(beyond);
@@ -157,7 +190,7 @@ impl Slots {
 
     /// Judges the bulk cap's step if it is due ([`BulkCap::judge`]); true when the cap grew.
     fn judge(&mut self, now: Instant) -> bool {
-        let (limit, bulk) = (self.tuner.limit(), self.bulk_in_flight());
+        let (limit, bulk) = (self.tuner.limit(), self.bulk_up);
         self.bulk_cap.judge(now, limit, bulk)
     }
 
@@ -206,6 +239,7 @@ const BLOCK_MIN: u64 = 64 << 10;
 pub struct Slot {
     sched: Option<Arc<Scheduler>>,
     class: Class,
+    way: Way,
     beyond: bool,
     /// When the request's time starts, for judging whether urgent work runs late.
     clock: Instant,
@@ -226,6 +260,7 @@ impl Scheduler {
                 in_flight: 0,
                 urgent_in_flight: 0,
                 beyond: 0,
+                bulk_up: 0,
                 urgent: VecDeque::new(),
                 bulk: VecDeque::new(),
                 urgent_streak: 0,
@@ -268,8 +303,8 @@ impl Scheduler {
             .expect("never closed")
     }
 
-    /// Waits for a request slot in `class`.
-    pub async fn slot(self: &Arc<Self>, class: Class) -> Slot {
+    /// Waits for a request slot in `class` for a request whose payload goes `way`.
+    pub async fn slot(self: &Arc<Self>, class: Class, way: Way) -> Slot {
         self.ticking
             .get_or_init(|| drop(tokio::spawn(tick(Arc::downgrade(self)))));
         let asked = Instant::now();
@@ -278,8 +313,8 @@ impl Scheduler {
             let mut s = self.slots.lock().unwrap();
             // Urgent requests pass waiting bulk ones; none passes its own class.
             let queued = !s.urgent.is_empty() || (class == Class::Bulk && !s.bulk.is_empty());
-            if !queued && s.room(class) {
-                return self.granted(&mut s, class);
+            if !queued && s.room(class, way) {
+                return self.granted(&mut s, class, way);
             }
             // Bulk work is to blame when, without its slots, this request would have started:
             // no urgent request ahead of it, and the urgent ones in flight within the limit.
@@ -294,7 +329,7 @@ impl Scheduler {
             let (tx, rx) = oneshot::channel();
             match class {
                 Class::Urgent => s.urgent.push_back(tx),
-                Class::Bulk => s.bulk.push_back(tx),
+                Class::Bulk => s.bulk.push_back((way, tx)),
             }
             rx
         };
@@ -311,13 +346,14 @@ impl Scheduler {
         slot
     }
 
-    /// Starts a request of `class` in `s` and hands its slot out.
-    fn granted(self: &Arc<Self>, s: &mut Slots, class: Class) -> Slot {
-        let beyond = s.start(class);
+    /// Starts a request of `class` going `way` in `s` and hands its slot out.
+    fn granted(self: &Arc<Self>, s: &mut Slots, class: Class, way: Way) -> Slot {
+        let beyond = s.start(class, way);
         self.peak.fetch_max(s.in_flight, Ordering::Relaxed);
         Slot {
             sched: Some(self.clone()),
             class,
+            way,
             beyond,
             clock: Instant::now(),
             urgent_passed: s.urgent_passed,
@@ -347,7 +383,7 @@ impl Scheduler {
         self.slots.lock().unwrap().tuner.limit()
     }
 
-    /// Bulk requests that may be in flight now: the limit, or fewer while urgent writes run
+    /// Bulk writes that may be in flight now: the limit, or fewer while urgent writes run
     /// late.
     pub fn bulk_limit(&self) -> usize {
         let s = self.slots.lock().unwrap();
@@ -383,8 +419,8 @@ impl Scheduler {
         self.peak.load(Ordering::Relaxed)
     }
 
-    fn release(self: &Arc<Self>, class: Class, beyond: bool) {
-        self.slots.lock().unwrap().end(class, beyond);
+    fn release(self: &Arc<Self>, class: Class, way: Way, beyond: bool) {
+        self.slots.lock().unwrap().end(class, way, beyond);
         self.dispatch();
     }
 
@@ -393,15 +429,18 @@ impl Scheduler {
         loop {
             let (tx, slot) = {
                 let mut s = self.slots.lock().unwrap();
-                let Some((tx, class)) = s.next_waiter() else {
+                let Some((tx, class, way)) = s.next_waiter() else {
                     return;
                 };
-                (tx, self.granted(&mut s, class))
+                (tx, self.granted(&mut s, class, way))
             };
             if let Err(mut slot) = tx.send(slot) {
                 // The waiter was cancelled: take the slot back without recursing.
                 slot.sched = None;
-                self.slots.lock().unwrap().end(slot.class, slot.beyond);
+                self.slots
+                    .lock()
+                    .unwrap()
+                    .end(slot.class, slot.way, slot.beyond);
             }
         }
     }
@@ -458,7 +497,7 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(s) = self.sched.take() {
-            s.release(self.class, self.beyond);
+            s.release(self.class, self.way, self.beyond);
         }
     }
 }
@@ -473,16 +512,16 @@ mod tests {
         let s = Scheduler::new(URGENT_RESERVE + 1, URGENT_RESERVE + 1, true, 1 << 20);
         let mut urgent = Vec::new();
         for _ in 0..URGENT_RESERVE {
-            urgent.push(s.slot(Class::Urgent).await);
+            urgent.push(s.slot(Class::Urgent, Way::Up).await);
         }
-        let first = s.slot(Class::Bulk).await;
+        let first = s.slot(Class::Bulk, Way::Up).await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for i in 0..8 {
             let class = if i < 4 { Class::Bulk } else { Class::Urgent };
             let (s, order) = (s.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let _slot = s.slot(class).await;
+                let _slot = s.slot(class, Way::Up).await;
                 order.lock().unwrap().push(class);
             }));
             tokio::task::yield_now().await;
@@ -500,9 +539,14 @@ mod tests {
         drop(urgent);
     }
 
-    /// Whether `slot` is handed out within a moment.
+    /// Whether a write's slot is handed out within a moment.
     async fn given(s: &Arc<Scheduler>, class: Class) -> Option<Slot> {
-        tokio::time::timeout(std::time::Duration::from_millis(50), s.slot(class))
+        given_way(s, class, Way::Up).await
+    }
+
+    /// Whether a slot for a request going `way` is handed out within a moment.
+    async fn given_way(s: &Arc<Scheduler>, class: Class, way: Way) -> Option<Slot> {
+        tokio::time::timeout(std::time::Duration::from_millis(50), s.slot(class, way))
             .await
             .ok()
     }
@@ -518,7 +562,7 @@ mod tests {
     #[tokio::test]
     async fn urgent_requests_borrow_bulk_slots_up_to_the_reserve() {
         let s = untuned(1, 64);
-        let bulk = s.slot(Class::Bulk).await;
+        let bulk = s.slot(Class::Bulk, Way::Up).await;
         assert!(given(&s, Class::Bulk).await.is_none(), "the limit is 1");
         let mut urgent = Vec::new();
         for i in 0..URGENT_RESERVE {
@@ -528,7 +572,7 @@ mod tests {
         // The reserve is full: the next urgent request waits for one of them, not for bulk.
         let next = tokio::spawn({
             let s = s.clone();
-            async move { s.slot(Class::Urgent).await }
+            async move { s.slot(Class::Urgent, Way::Up).await }
         });
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert!(!next.is_finished(), "ran past a full reserve");
@@ -550,7 +594,10 @@ mod tests {
     async fn urgent_work_alone_is_held_to_the_limit() {
         // A WAL agent on its own: the tuner's knee is its bound, as for any transfer.
         let s = untuned(2, 64);
-        let held = [s.slot(Class::Urgent).await, s.slot(Class::Urgent).await];
+        let held = [
+            s.slot(Class::Urgent, Way::Up).await,
+            s.slot(Class::Urgent, Way::Up).await,
+        ];
         assert!(
             given(&s, Class::Urgent).await.is_none(),
             "past the limit with no bulk"
@@ -561,7 +608,10 @@ mod tests {
     #[tokio::test]
     async fn a_fixed_limit_holds_urgent_work_too() {
         let s = Scheduler::new(2, 2, true, 1 << 20);
-        let held = [s.slot(Class::Bulk).await, s.slot(Class::Urgent).await];
+        let held = [
+            s.slot(Class::Bulk, Way::Up).await,
+            s.slot(Class::Urgent, Way::Up).await,
+        ];
         assert!(
             given(&s, Class::Urgent).await.is_none(),
             "past --concurrency 2"
@@ -590,7 +640,7 @@ mod tests {
         // 8, far above), and the one waiting is let in.
         let waiter = tokio::spawn({
             let s = s.clone();
-            async move { s.slot(Class::Bulk).await }
+            async move { s.slot(Class::Bulk, Way::Up).await }
         });
         tokio::task::yield_now().await;
         for _ in 0..4 {
@@ -600,6 +650,70 @@ mod tests {
         let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
         assert!(got.is_ok(), "a grown cap did not let the waiter in");
         drop((held, urgent));
+    }
+
+    #[tokio::test]
+    async fn bulk_reads_pass_the_cap_that_holds_bulk_writes() {
+        // A restore's reads come down the link while the WAL's writes go up beside the
+        // backups': a cap cut for the WAL holds back bulk writes only.
+        let s = Scheduler::new(8, 8, true, 1 << 20);
+        let mut now = Instant::now();
+        let mut held = bulk_slots(&s, 8).await;
+        for ms in [200, 2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000] {
+            wrote(&s, &mut now, ms);
+            held.truncate(s.bulk_limit());
+        }
+        assert_eq!((s.bulk_limit(), held.len()), (2, 2));
+        // A write waits for the cap; reads asked after it pass it, up to the limit.
+        let writer = tokio::spawn({
+            let s = s.clone();
+            async move { s.slot(Class::Bulk, Way::Up).await }
+        });
+        settle().await;
+        let mut reads = Vec::new();
+        for i in 0..6 {
+            let read = given_way(&s, Class::Bulk, Way::Down).await;
+            reads.push(read.unwrap_or_else(|| panic!("read {i} waited behind the cap")));
+        }
+        assert!(
+            given_way(&s, Class::Bulk, Way::Down).await.is_none(),
+            "a read past the limit"
+        );
+        assert!(!writer.is_finished(), "a write past its cap");
+        // Reads are not the cap's to count: a write that ends lets the waiting one in, with
+        // six reads in flight.
+        held.pop();
+        let got = tokio::time::timeout(Duration::from_secs(5), writer).await;
+        assert!(got.is_ok(), "the write waited for reads to end");
+        assert!(
+            given(&s, Class::Bulk).await.is_none(),
+            "a write past its cap"
+        );
+        drop((held, reads));
+    }
+
+    #[tokio::test]
+    async fn bulk_keeps_a_request_each_way_past_the_limit() {
+        // Backups' writes fill the limit; a restore still reads, one request at a time.
+        let s = untuned(2, 64);
+        let writes = bulk_slots(&s, 2).await;
+        let read = given_way(&s, Class::Bulk, Way::Down).await;
+        assert!(read.is_some(), "reads starved behind writes");
+        assert!(
+            given_way(&s, Class::Bulk, Way::Down).await.is_none(),
+            "reads past the limit beyond their one"
+        );
+        drop((writes, read));
+        // And the other way round.
+        let reads: Vec<_> =
+            futures::future::join_all((0..2).map(|_| s.slot(Class::Bulk, Way::Down))).await;
+        let write = given(&s, Class::Bulk).await;
+        assert!(write.is_some(), "writes starved behind reads");
+        assert!(
+            given(&s, Class::Bulk).await.is_none(),
+            "writes past the limit"
+        );
+        drop((reads, write));
     }
 
     #[tokio::test]
@@ -630,16 +744,16 @@ mod tests {
     async fn cancelled_waiters_do_not_leak_slots() {
         for class in [Class::Bulk, Class::Urgent] {
             let s = Scheduler::new(1, 1, true, 1 << 20);
-            let held = s.slot(class).await;
+            let held = s.slot(class, Way::Up).await;
             let waiter = tokio::spawn({
                 let s = s.clone();
-                async move { s.slot(class).await }
+                async move { s.slot(class, Way::Up).await }
             });
             tokio::task::yield_now().await;
             waiter.abort();
             let _ = waiter.await;
             drop(held);
-            let again = tokio::time::timeout(Duration::from_secs(5), s.slot(class)).await;
+            let again = tokio::time::timeout(Duration::from_secs(5), s.slot(class, Way::Up)).await;
             assert!(again.is_ok(), "{class:?} slot leaked by a cancelled waiter");
             drop(again);
             let st = s.slots.lock().unwrap();
@@ -650,11 +764,11 @@ mod tests {
     #[tokio::test]
     async fn bulk_queued_behind_urgent_waiters_takes_its_one_request_at_once() {
         let s = untuned(1, 64);
-        let first = s.slot(Class::Urgent).await;
+        let first = s.slot(Class::Urgent, Way::Up).await;
         // Alone, urgent work waits for the limit...
         let urgent = tokio::spawn({
             let s = s.clone();
-            async move { s.slot(Class::Urgent).await }
+            async move { s.slot(Class::Urgent, Way::Up).await }
         });
         tokio::task::yield_now().await;
         assert!(!urgent.is_finished());
@@ -678,7 +792,7 @@ mod tests {
         }
         drop(bulk);
         assert!(s.bulk_limit() < 8);
-        let held = s.slot(Class::Urgent).await;
+        let held = s.slot(Class::Urgent, Way::Up).await;
         // Urgent work in flight: the cut stays.
         assert!(!s.slots.lock().unwrap().quiet(Instant::now()));
         drop(held);
@@ -699,7 +813,7 @@ mod tests {
         // Beside urgent work, bulk work from a pause starts at its floor (32 / 16)...
         let s = Scheduler::new(32, 32, true, 1 << 20);
         s.ticking.set(()).expect("not started");
-        let urgent = s.slot(Class::Urgent).await;
+        let urgent = s.slot(Class::Urgent, Way::Up).await;
         let mut bulk = bulk_slots(&s, 2).await;
         assert_eq!(s.bulk_limit(), 2);
         assert!(
@@ -715,7 +829,7 @@ mod tests {
         // A request that follows others without a pause does not start it over.
         bulk.clear();
         let grown = s.bulk_limit();
-        let next = s.slot(Class::Bulk).await;
+        let next = s.slot(Class::Bulk, Way::Up).await;
         assert_eq!(s.bulk_limit(), grown);
         // Urgent work still in flight, but no urgent write judged for a while: lifted.
         let mut st = s.slots.lock().unwrap();
@@ -732,8 +846,8 @@ mod tests {
         // work gets its whole limit back at the next tick.
         let s = Scheduler::new(32, 32, true, 1 << 20);
         s.ticking.set(()).expect("not started");
-        let urgent = s.slot(Class::Urgent).await;
-        let bulk = s.slot(Class::Bulk).await;
+        let urgent = s.slot(Class::Urgent, Way::Up).await;
+        let bulk = s.slot(Class::Bulk, Way::Up).await;
         assert_eq!(s.bulk_limit(), 2);
         assert!(s.slots.lock().unwrap().quiet(Instant::now()));
         assert_eq!(s.bulk_limit(), 32);
@@ -753,12 +867,12 @@ mod tests {
     /// Asks for an urgent slot in a task; the slot once granted.
     fn ask_urgent(s: &Arc<Scheduler>) -> tokio::task::JoinHandle<Slot> {
         let s = s.clone();
-        tokio::spawn(async move { s.slot(Class::Urgent).await })
+        tokio::spawn(async move { s.slot(Class::Urgent, Way::Up).await })
     }
 
     /// `n` bulk slots, held.
     async fn bulk_slots(s: &Arc<Scheduler>, n: usize) -> Vec<Slot> {
-        futures::future::join_all((0..n).map(|_| s.slot(Class::Bulk))).await
+        futures::future::join_all((0..n).map(|_| s.slot(Class::Bulk, Way::Up))).await
     }
 
     /// Lets an asked urgent request reach the queue.
@@ -780,14 +894,14 @@ mod tests {
     async fn a_slot_wait_counts_only_when_bulk_work_caused_it() {
         // Urgent work alone queues behind itself: its clock starts at the grant.
         let s = untuned(1, 1);
-        let first = s.slot(Class::Urgent).await;
+        let first = s.slot(Class::Urgent, Way::Up).await;
         assert!(
             !clock_from_ask(&s, first).await,
             "a wait behind urgent work counted"
         );
         // A bulk request holds the slot it would have had: the wait counts.
         let s = untuned(1, 1);
-        let bulk = s.slot(Class::Bulk).await;
+        let bulk = s.slot(Class::Bulk, Way::Up).await;
         assert!(
             clock_from_ask(&s, bulk).await,
             "a wait behind bulk work not counted"
@@ -795,8 +909,11 @@ mod tests {
         // Bulk in flight, but the urgent requests fill the limit and the rest wait for them:
         // not bulk's doing.
         let s = untuned(2, 3);
-        let bulk = s.slot(Class::Bulk).await;
-        let [one, two] = [s.slot(Class::Urgent).await, s.slot(Class::Urgent).await];
+        let bulk = s.slot(Class::Bulk, Way::Up).await;
+        let [one, two] = [
+            s.slot(Class::Urgent, Way::Up).await,
+            s.slot(Class::Urgent, Way::Up).await,
+        ];
         assert!(
             !clock_from_ask(&s, one).await,
             "a wait behind the urgent ones counted"
@@ -805,10 +922,13 @@ mod tests {
         // No bulk in flight at the ask; then bulk's share lets a bulk request in ahead of
         // the urgent ones waiting with room: the wait of those counts, not the earlier ones'.
         let s = Scheduler::new(2, 2, true, 1 << 20);
-        let mut held = VecDeque::from([s.slot(Class::Urgent).await, s.slot(Class::Urgent).await]);
+        let mut held = VecDeque::from([
+            s.slot(Class::Urgent, Way::Up).await,
+            s.slot(Class::Urgent, Way::Up).await,
+        ]);
         let bulk = tokio::spawn({
             let s = s.clone();
-            async move { s.slot(Class::Bulk).await }
+            async move { s.slot(Class::Bulk, Way::Up).await }
         });
         settle().await;
         let mut waiting = VecDeque::new();

@@ -1,4 +1,4 @@
-//! Bulk work yields to urgent work on the wire. A backup's block on a WAN is also a share
+//! Bulk writes yield to urgent ones on the wire. A backup's block on a WAN is also a share
 //! of the link: with dozens of bulk requests under way, a WAL segment moves at its TCP share
 //! among them (measured behind `ferry serve`, 50 tenants over the wan profile: a 1 MiB push
 //! took 0.2 s alone, 0.7-1.2 s at p99 of its time on the wire under a flood of backups).
@@ -6,8 +6,8 @@
 //! its answer, or from asking for the slot when bulk work made it wait there; retried ones not
 //! counted) is compared with the least seen lately for writes of its size. The writes that
 //! end in a [`STEP`] are judged together: past a quarter of them late (over half again the
-//! least), the bulk requests that may be in flight are cut to three quarters of those in
-//! flight; not while bulk holds no more than its floor, since the delay is then not its doing.
+//! least), the bulk writes that may be in flight are cut to three quarters of those in
+//! flight (bulk reads come down the other way of the link: not held, `scheduler.rs`); not while bulk holds no more than its floor, since the delay is then not its doing.
 //! After a cut, only writes that began once bulk was down to it are judged (the cut shows
 //! once the requests above it end: each is a pack of seconds on a WAN). With half of them or
 //! more within a quarter of the least (and no cut), bulk grows by one, or by a quarter near
