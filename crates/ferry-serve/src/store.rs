@@ -329,6 +329,19 @@ impl Objects {
         Ok(self.remote(class).open(&self.full(t, key)).await?)
     }
 
+    /// The bytes of `range` of an object (cut at its end) with its whole size: one round trip
+    /// where the backend answers both at once (the object stores), where [`Objects::span`]
+    /// then [`Objects::read`] take two.
+    pub async fn read_sized(
+        &self, t: &TenantState, class: Class, key: &str, range: Range<u64>,
+    ) -> Result<(Bytes, u64), Refused> {
+        let (info, data) = self
+            .remote(class)
+            .head_and_read(&self.full(t, key), range)
+            .await?;
+        Ok((data, info.size))
+    }
+
     /// `range` of an object, as [`Objects::span`] gave it.
     pub async fn read(
         &self, t: &TenantState, class: Class, key: &str, range: Range<u64>,

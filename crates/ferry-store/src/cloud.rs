@@ -114,10 +114,10 @@ impl std::fmt::Debug for CloudStore {
 }
 
 impl CloudStore {
-    /// [`Store::head`], then the object's first `len` bytes: two requests.
-    async fn head_then_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
+    /// [`Store::head`], then the bytes of `range` it holds: two requests.
+    async fn head_then_read(&self, key: &str, range: Range<u64>) -> Result<(ObjectInfo, Bytes)> {
         let info = self.head(key).await?;
-        let data = self.get_range(key, 0..len.min(info.size)).await?;
+        let data = self.get_range(key, crate::within(range, info.size)).await?;
         Ok((info, data))
     }
 
@@ -310,9 +310,11 @@ impl Store for CloudStore {
         Ok(info_of(key, &r))
     }
 
-    async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
+    async fn head_and_read(&self, key: &str, range: Range<u64>) -> Result<(ObjectInfo, Bytes)> {
+        // At least a byte: an empty range is no request the store takes.
+        let asked = range.start..range.end.max(range.start + 1);
         let opts = GetOptions {
-            range: Some((0..len.max(1)).into()),
+            range: Some(asked.clone().into()),
             ..Default::default()
         };
         if let Flavor::S3(extra) = &self.flavor {
@@ -321,21 +323,28 @@ impl Store for CloudStore {
             // beside the GET of the first bytes, both at once (one round trip, not two: 0.2 s
             // of a 1 GiB download over a 200 ms link). The bytes count only when they come
             // from the object the HEAD described; else, or when the GET failed (an empty
-            // object has no first byte to give), they are read again after it.
+            // object has no first byte to give, nor one a range starts past), they are read
+            // again after it.
             let p = path(key)?;
             let first = async {
                 let r = self.inner.get_opts(&p, opts).await?;
                 let tag = unquote(r.meta.e_tag.clone());
                 let size = r.meta.size;
-                Ok::<_, Error>((tag, size, body(key, r, len.max(1)).await?))
+                Ok::<_, Error>((tag, size, body(key, r, asked.end - asked.start).await?))
             };
             let (info, first) = tokio::join!(extra.head(key), first);
             let info = info?;
+            let want = crate::within(range, info.size);
             let data = match first {
-                Ok((tag, size, data)) if tag.is_some() && tag == info.etag && size == info.size => {
-                    whole(key, data, len.min(info.size))?
+                Ok((tag, size, data))
+                    if tag.is_some()
+                        && tag == info.etag
+                        && size == info.size
+                        && !want.is_empty() =>
+                {
+                    whole(key, data, want.end - want.start)?
                 }
-                _ => self.get_range(key, 0..len.min(info.size)).await?,
+                _ => self.get_range(key, want).await?,
             };
             return Ok((info, data));
         }
@@ -346,11 +355,18 @@ impl Store for CloudStore {
                 | object_store::Error::PermissionDenied { .. }
                 | object_store::Error::Unauthenticated { .. }),
             ) => return Err(e.into()),
-            // An empty object has no first byte to give (416): ask what it is.
-            Err(_) => return self.head_then_read(key, len).await,
+            // An empty object has no first byte to give, nor a shorter one a byte past its
+            // end (416): ask what it is.
+            Err(_) => return self.head_then_read(key, range).await,
         };
+        // The object's size, from the answer's Content-Range.
         let info = info_of(key, &r);
-        let data = whole(key, body(key, r, len.max(1)).await?, len.min(info.size))?;
+        let want = crate::within(range, info.size);
+        let data = whole(
+            key,
+            body(key, r, asked.end - asked.start).await?,
+            want.end - want.start,
+        )?;
         Ok((info, data))
     }
 

@@ -34,6 +34,12 @@ pub use opened::Opened;
 /// as Azure requires).
 pub type Meta = BTreeMap<String, String>;
 
+/// `range` cut at the end of an object of `size` bytes; empty when it starts there or past it.
+pub fn within(range: Range<u64>, size: u64) -> Range<u64> {
+    let end = range.end.min(size);
+    range.start.min(end)..end
+}
+
 /// Refuses an object longer than [`Store::get`] reads whole.
 pub fn too_long(key: &str, size: u64) -> Result<()> {
     match size > bounded::MAX_GET {
@@ -203,12 +209,13 @@ pub trait Store: Send + Sync + fmt::Debug {
     }
     /// Size, etag and metadata of one object.
     async fn head(&self, key: &str) -> Result<ObjectInfo>;
-    /// [`Store::head`] with the object's first `len` bytes (all of it when shorter): a
-    /// download's first block comes with what the object is, one round trip instead of two.
-    /// Stores that can answer in one request override this.
-    async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
+    /// [`Store::head`] with the bytes of `range` of the object, cut at its end (none when
+    /// it starts there or past it): a read that comes with what the object is, one round trip
+    /// instead of two (a download's first block; a server's answer to a ranged read, which
+    /// names the object's size). Stores that can answer in one request override this.
+    async fn head_and_read(&self, key: &str, range: Range<u64>) -> Result<(ObjectInfo, Bytes)> {
         let info = self.head(key).await?;
-        let data = self.get_range(key, 0..len.min(info.size)).await?;
+        let data = self.get_range(key, within(range, info.size)).await?;
         Ok((info, data))
     }
     /// Opens an object to read it in parts without a request each (a file), or `None` where

@@ -203,7 +203,7 @@ impl MemoryStore {
     }
 
     /// The reads asked so far of a [`MemoryStore::remote`] store, in order: `head KEY`,
-    /// `head_and_read KEY LEN`, `get KEY`, `get_range KEY START..END`.
+    /// `head_and_read KEY START..END`, `get KEY`, `get_range KEY START..END`.
     pub fn reads(&self) -> Vec<String> {
         self.lock().reads.clone()
     }
@@ -335,13 +335,14 @@ impl Store for MemoryStore {
         Ok(Self::info_of(k, inner.object(k)?, inner.checksum.clone()))
     }
 
-    async fn head_and_read(&self, key: &str, len: u64) -> Result<(ObjectInfo, Bytes)> {
-        self.log(|| format!("head_and_read {key} {len}"));
+    async fn head_and_read(&self, key: &str, range: Range<u64>) -> Result<(ObjectInfo, Bytes)> {
+        self.log(|| format!("head_and_read {key} {range:?}"));
         // Both from one look, as a store's single answer is.
         let k = clean(key)?;
         let inner = self.lock();
         let obj = inner.object(k)?;
-        let first = obj.data.slice(..obj.data.len().min(len as usize));
+        let r = crate::within(range, obj.data.len() as u64);
+        let first = obj.data.slice(r.start as usize..r.end as usize);
         Ok((Self::info_of(k, obj, inner.checksum.clone()), first))
     }
 

@@ -73,14 +73,21 @@ pub async fn suite(store: &dyn Store, dir: &str) {
         .unwrap();
     assert!(got == data, "block upload corrupted");
 
-    // An object's description with its first bytes: what head says, and those bytes, for a
-    // short object (all of it), a long one (the bytes asked for) and an empty one.
-    for (name, len, want) in [
-        ("a", 4096, small.clone()),
-        ("big", 1000, data.slice(..1000)),
-        ("empty", 4096, Bytes::new()),
+    // An object's description with the bytes of a range: what head says, and those bytes,
+    // cut at the object's end: a short object (all of it), a long one (the bytes asked for,
+    // from its start or its middle), an empty one, and ranges that pass the end or start past it.
+    let size = data.len() as u64;
+    for (name, range, want) in [
+        ("a", 0..4096, small.clone()),
+        ("big", 0..1000, data.slice(..1000)),
+        ("big", 1000..3000, data.slice(1000..3000)),
+        ("big", size - 10..size + 10, data.slice(data.len() - 10..)),
+        ("big", size..size + 10, Bytes::new()),
+        ("big", size + 5..size + 10, Bytes::new()),
+        ("empty", 0..4096, Bytes::new()),
+        ("empty", 3..4096, Bytes::new()),
     ] {
-        let (info, first) = store.head_and_read(&k(name), len).await.unwrap();
+        let (info, first) = store.head_and_read(&k(name), range).await.unwrap();
         let head = store.head(&k(name)).await.unwrap();
         assert_eq!(
             (info.size, &info.etag, &info.meta),
@@ -90,7 +97,7 @@ pub async fn suite(store: &dyn Store, dir: &str) {
         assert!(first == want, "{name}: {} bytes", first.len());
     }
     assert!(matches!(
-        store.head_and_read(&k("missing"), 10).await,
+        store.head_and_read(&k("missing"), 0..10).await,
         Err(Error::NotFound(_))
     ));
 

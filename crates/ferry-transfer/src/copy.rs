@@ -187,7 +187,7 @@ impl Engine {
             return Ok((info, Bytes::new()));
         }
         let _mem = self.sched.reserve(FIRST_READ).await;
-        let op = || src.head_and_read(key, FIRST_READ);
+        let op = || src.head_and_read(key, 0..FIRST_READ);
         match light {
             true => self.request_light(class, &what, FIRST_READ, op).await,
             false => self.request_to(src, class, &what, FIRST_READ, op).await,

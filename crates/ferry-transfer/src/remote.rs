@@ -88,6 +88,19 @@ impl Remote {
         self.engine.request(self.class, &what, 0, op).await
     }
 
+    /// What an object is, with the bytes of `range` it holds (cut at its end): one round
+    /// trip where the store answers both at once. Scheduled as [`Remote::get_range`].
+    pub async fn head_and_read(&self, key: &str, range: Range<u64>) -> Result<(ObjectInfo, Bytes)> {
+        let (what, len) = (format!("read {key}"), range.end - range.start);
+        let op = || self.store.head_and_read(key, range.clone());
+        if len <= crate::LIGHT_BYTES {
+            return self.engine.request_light(self.class, &what, len, op).await;
+        }
+        let got = self.engine.request(self.class, &what, len, op).await?;
+        self.engine.scheduler().record(got.1.len() as u64);
+        Ok(got)
+    }
+
     /// `range` of an object, in one request; the retry policy allows for its length. A range
     /// of a few KiB (a header) goes in the light lane; a larger one's bytes count towards the
     /// tuner's rate.

@@ -1054,3 +1054,55 @@ fn one_address_cannot_hold_every_connection() {
         "the address was not served again once its connections closed"
     );
 }
+
+/// Over an object store (MinIO) a ranged read is one GET that also tells the object's size;
+/// it answers what a HEAD first did: the bytes, a Content-Range naming the whole size, 416
+/// for a range that starts past the end, all of an empty object, 404 for a missing one.
+#[test]
+fn ranged_reads_over_an_object_store_backend() {
+    let Some(cfg) = ferry_testkit::s3() else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_, bucket) = rt.block_on(ferry_testkit::s3_bucket(&cfg));
+    let served = Served::start_over("", &format!("s3://{bucket}"));
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    for (key, body) in [("obj", &data[..]), ("empty", b"")] {
+        let path = format!("/v1/alice/{key}");
+        assert_eq!(served.request("PUT", &path, Some("alice"), body).0, 200);
+    }
+    let auth = format!("Authorization: Bearer {}\n", served.tenant("alice").token);
+    let get = |key: &str, range: &str| {
+        served.raw_headers(&format!(
+            "GET /v1/alice/{key} HTTP/1.1\nHost: h\n{auth}Range: bytes={range}\nConnection: close\n\n"
+        ))
+    };
+    let content_range = |h: &str| {
+        h.lines()
+            .map(str::to_ascii_lowercase)
+            .find_map(|l| l.strip_prefix("content-range: ").map(str::to_string))
+    };
+    // From the object's middle, its first byte, and across its end (cut there).
+    for (range, want) in [
+        ("1000-2999", 1000..3000),
+        ("0-0", 0..1),
+        ("299990-400000", 299_990..300_000),
+    ] {
+        let (code, head, body) = get("obj", range);
+        assert_eq!(code, 206, "{range}");
+        assert!(body == data[want.clone()], "{range}: {} bytes", body.len());
+        let whole = format!("bytes {}-{}/300000", want.start, want.end - 1);
+        assert_eq!(content_range(&head), Some(whole), "{range}");
+    }
+    assert_eq!(get("obj", "300000-300010").0, 416, "a range past the end");
+    let (code, _, body) = get("empty", "0-10");
+    assert_eq!((code, body.len()), (200, 0), "a range of an empty object");
+    assert_eq!(get("missing", "0-10").0, 404);
+    // A range longer than an answer may hold, of a shorter object: what it holds.
+    let (code, head, body) = get("obj", "0-99999999999");
+    assert_eq!((code, body == data), (206, true), "a long range");
+    assert_eq!(
+        content_range(&head).as_deref(),
+        Some("bytes 0-299999/300000")
+    );
+}

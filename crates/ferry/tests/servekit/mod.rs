@@ -57,6 +57,16 @@ impl Served {
     /// (`dir/erin.crt`, `dir/erin.key`); `dir/mallory.*` is one for the same subject signed
     /// by another CA.
     pub fn start_opts(limits: &str, client_certs: bool) -> Served {
+        Self::start_with(limits, client_certs, None)
+    }
+
+    /// [`Served::start`] over `backend`, a store's URL (`s3://BUCKET`: its credentials and
+    /// endpoint from the environment, as `scripts/services` exports them), not a directory.
+    pub fn start_over(limits: &str, backend: &str) -> Served {
+        Self::start_with(limits, false, Some(backend))
+    }
+
+    fn start_with(limits: &str, client_certs: bool, backend: Option<&str>) -> Served {
         let dir = temp_dir();
         // A CA and a server certificate it signs, as a deployment has: rustls refuses a
         // self-signed CA certificate as the server's own.
@@ -103,7 +113,7 @@ impl Served {
         let store = dir.join("store");
         let mut toml = format!(
             "[serve]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n{extra}[serve.limits]\n{limits}\n",
-            s(&store),
+            backend.unwrap_or(s(&store)),
             s(&cert),
             s(&key)
         );
@@ -174,6 +184,14 @@ impl Served {
     /// `body` when `cut`; returns the status and the response body.
     pub fn raw(&self, head: &str, body: &[u8], cut: bool) -> (u16, Vec<u8>) {
         self.raw_via(&format!("127.0.0.1:{}", self.port), head, body, cut)
+    }
+
+    /// [`Served::raw`] with the answer's header lines.
+    pub fn raw_headers(&self, head: &str) -> (u16, String, Vec<u8>) {
+        let mut tls = self.connect(&format!("127.0.0.1:{}", self.port), None);
+        let _ = tls.write_all(head.replace('\n', "\r\n").as_bytes());
+        let _ = tls.flush();
+        read_response_whole(&mut tls)
     }
 
     /// [`Served::raw`] through `addr` (a proxy in front of the server).
@@ -467,6 +485,12 @@ pub fn response(r: &mut impl Read) -> (u16, Vec<u8>) {
 }
 
 fn read_response(r: &mut impl Read) -> (u16, Vec<u8>) {
+    let (code, _, body) = read_response_whole(r);
+    (code, body)
+}
+
+/// The status, the header lines and the body of an answer.
+fn read_response_whole(r: &mut impl Read) -> (u16, String, Vec<u8>) {
     let mut all = Vec::new();
     if let Err(e) = r.read_to_end(&mut all) {
         eprintln!("read: {e} after {} bytes", all.len());
@@ -480,11 +504,11 @@ fn read_response(r: &mut impl Read) -> (u16, Vec<u8>) {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     let text = &all[..];
-    let body = match text.windows(4).position(|w| w == b"\r\n\r\n") {
-        Some(i) => text[i + 4..].to_vec(),
-        None => Vec::new(),
+    let (head, body) = match text.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(i) => (&text[..i], text[i + 4..].to_vec()),
+        None => (text, Vec::new()),
     };
-    (code, body)
+    (code, String::from_utf8_lossy(head).into_owned(), body)
 }
 
 /// A PUT of `body` to `path` on the server at `port`, trusting `ca`; the status, or `None`
