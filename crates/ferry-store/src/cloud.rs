@@ -311,8 +311,9 @@ impl Store for CloudStore {
     }
 
     async fn head_and_read(&self, key: &str, range: Range<u64>) -> Result<(ObjectInfo, Bytes)> {
-        // At least a byte: an empty range is no request the store takes.
-        let asked = range.start..range.end.max(range.start + 1);
+        // At least a byte: an empty range is no request the store takes (none at the last
+        // offset there is: a range a client named, asked of the store).
+        let asked = range.start..range.end.max(range.start.saturating_add(1));
         let opts = GetOptions {
             range: Some(asked.clone().into()),
             ..Default::default()
