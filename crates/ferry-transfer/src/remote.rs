@@ -91,27 +91,35 @@ impl Remote {
     /// What an object is, with the bytes of `range` it holds (cut at its end): one round
     /// trip where the store answers both at once. Scheduled as [`Remote::get_range`].
     pub async fn head_and_read(&self, key: &str, range: Range<u64>) -> Result<(ObjectInfo, Bytes)> {
-        let (what, len) = (format!("read {key}"), range.end - range.start);
         let op = || self.store.head_and_read(key, range.clone());
-        if len <= crate::LIGHT_BYTES {
-            return self.engine.request_light(self.class, &what, len, op).await;
-        }
-        let got = self.engine.request(self.class, &what, len, op).await?;
-        self.engine.scheduler().record(got.1.len() as u64);
-        Ok(got)
+        self.read_range(key, range.end - range.start, op, |(_, b)| b.len())
+            .await
     }
 
     /// `range` of an object, in one request; the retry policy allows for its length. A range
     /// of a few KiB (a header) goes in the light lane; a larger one's bytes count towards the
     /// tuner's rate.
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        let (what, len) = (format!("read {key}"), range.end - range.start);
         let op = || self.store.get_range(key, range.clone());
+        self.read_range(key, range.end - range.start, op, Bytes::len)
+            .await
+    }
+
+    /// A read of up to `len` bytes of `key` by `op`, scheduled by its length: the light lane
+    /// for a few KiB, else a slot, the `bytes` it got counted towards the tuner's rate.
+    async fn read_range<T, F, Fut>(
+        &self, key: &str, len: u64, op: F, bytes: impl Fn(&T) -> usize,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let what = format!("read {key}");
         if len <= crate::LIGHT_BYTES {
             return self.engine.request_light(self.class, &what, len, op).await;
         }
         let got = self.engine.request(self.class, &what, len, op).await?;
-        self.engine.scheduler().record(len);
+        self.engine.scheduler().record(bytes(&got) as u64);
         Ok(got)
     }
 
